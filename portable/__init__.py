@@ -1,0 +1,81 @@
+"""portable: object storage, queues and job launchers through one provider-neutral API.
+
+Service code names no provider; a profile does::
+
+    import portable.storage
+    bucket = portable.storage.open_bucket()       # the active profile's storage
+    bucket.put("reports/2026-11.json", data, if_none_match="*")
+
+Submodules: :mod:`portable.storage`, :mod:`portable.messaging`,
+:mod:`portable.compute`, :mod:`portable.errors`, :mod:`portable.resilience`,
+:mod:`portable.idempotency`, :mod:`portable.config`.
+"""
+
+from __future__ import annotations
+
+from .config import Profile, load_profile
+from .errors import (
+    AlreadyExists,
+    Cancelled,
+    CircuitOpen,
+    ConfigError,
+    DeadlineExceeded,
+    ErrorCode,
+    IdempotencyConflict,
+    InProgress,
+    Internal,
+    InvalidArgument,
+    InvalidKey,
+    InvalidURL,
+    MissingCapability,
+    MissingDependency,
+    NotFound,
+    PermissionDenied,
+    PortableError,
+    PreconditionFailed,
+    Throttled,
+    TooLarge,
+    Unavailable,
+    UnknownScheme,
+    Unsupported,
+)
+from .resilience import BreakerPolicy, CircuitBreaker, ResiliencePolicy, RetryPolicy, deadline
+from .storage import Bucket, ObjectInfo, open_bucket
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyExists",
+    "BreakerPolicy",
+    "Bucket",
+    "Cancelled",
+    "CircuitBreaker",
+    "CircuitOpen",
+    "ConfigError",
+    "DeadlineExceeded",
+    "ErrorCode",
+    "IdempotencyConflict",
+    "InProgress",
+    "Internal",
+    "InvalidArgument",
+    "InvalidKey",
+    "InvalidURL",
+    "MissingCapability",
+    "MissingDependency",
+    "NotFound",
+    "ObjectInfo",
+    "PermissionDenied",
+    "PortableError",
+    "PreconditionFailed",
+    "Profile",
+    "ResiliencePolicy",
+    "RetryPolicy",
+    "Throttled",
+    "TooLarge",
+    "Unavailable",
+    "UnknownScheme",
+    "Unsupported",
+    "deadline",
+    "load_profile",
+    "open_bucket",
+]

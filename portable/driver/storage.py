@@ -1,0 +1,317 @@
+"""The storage driver protocol: what a blob store adapter implements.
+
+Application code should use :class:`portable.storage.Bucket`. A driver
+subclasses :class:`StorageDriver`, implements the abstract methods, and may
+override the batch methods to use its library's native concurrency.
+
+Inputs a driver can rely on (the Bucket checks them first):
+
+* keys are non-empty ``str``, valid UTF-8, free of control characters, with
+  no leading or trailing ``/``, no empty, ``.`` or ``..`` segment, and no
+  longer than ``capabilities.max_key_bytes`` bytes;
+* ``data`` is ``bytes``;
+* ``WriteOptions.if_match`` and ``if_none_match`` are never both set;
+* ranges have ``0 <= start`` and ``end is None or end >= start``;
+* ``page_size`` is between 1 and 1,000.
+
+Error contract: methods raise the native error and let :meth:`code_of`
+classify it. A missing key is ``NOT_FOUND``; a create-only write that meets
+an existing object is ``ALREADY_EXISTS``; a stale ``if_match`` is
+``PRECONDITION_FAILED``. ``delete`` of a missing key returns normally.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from typing import IO, Literal, TypeVar
+
+from . import Classifier
+
+__all__ = [
+    "ListPage",
+    "ObjectInfo",
+    "StorageCapabilities",
+    "StorageDriver",
+    "WriteOptions",
+    "WriteStream",
+    "page_of_sorted_keys",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What ``head`` and ``list`` report about an object.
+
+    Attributes:
+        key: the key, relative to the bucket's prefix.
+        size: size in bytes (0 for a common prefix).
+        etag: an opaque version tag that changes whenever the content changes;
+            pass it to ``put(..., if_match=etag)``. On GCS it is the generation.
+        modified: last modification time (UTC), where the provider reports it.
+        content_type: the stored Content-Type, if any.
+        metadata: user metadata (``head`` only; ``list`` leaves it empty).
+        is_prefix: True for a common prefix returned by a delimited ``list``.
+    """
+
+    key: str
+    size: int = 0
+    etag: str | None = None
+    modified: dt.datetime | None = None
+    content_type: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    is_prefix: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One page of a listing: objects and common prefixes, each in lexical order.
+
+    ``next_token`` is None on the last page.
+    """
+
+    objects: list[ObjectInfo]
+    prefixes: list[str]
+    next_token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Options of a write, already validated by the Bucket."""
+
+    content_type: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    if_none_match: bool = False
+    if_match: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StorageCapabilities:
+    """What a storage provider can do. A profile's ``requires`` names these fields.
+
+    Attributes:
+        conditional_create: ``put(..., if_none_match="*")`` is enforced.
+        conditional_update: ``put(..., if_match=etag)`` is enforced.
+        conditional_streaming_write: the conditions also hold for ``open(..., "wb")``.
+        signed_urls: ``signed_url`` works with the configured credentials.
+        server_side_copy: ``copy`` runs in the provider without moving bytes here.
+        multipart: large streamed writes are uploaded in parts.
+        max_key_bytes: the longest key in UTF-8 bytes.
+        max_object_bytes: the largest object, or None if unbounded.
+        max_metadata_bytes: the largest total user metadata, or None.
+        min_part_bytes: the smallest part of a multipart upload (not the last).
+    """
+
+    conditional_create: bool = True
+    conditional_update: bool = True
+    conditional_streaming_write: bool = True
+    signed_urls: bool = False
+    server_side_copy: bool = True
+    multipart: bool = True
+    max_key_bytes: int = 1024
+    max_object_bytes: int | None = None
+    max_metadata_bytes: int | None = 2048
+    min_part_bytes: int = 5 * 1024 * 1024
+
+    def supported(self) -> frozenset[str]:
+        """Names of the boolean capabilities this provider has."""
+        return frozenset(
+            f.name for f in fields(self) if isinstance(getattr(self, f.name), bool) and getattr(self, f.name)
+        )
+
+    @classmethod
+    def flag_names(cls) -> frozenset[str]:
+        """Names of every boolean capability."""
+        return frozenset(f.name for f in fields(cls) if f.type in ("bool", bool))
+
+
+class WriteStream(abc.ABC):
+    """A streamed write. Nothing is visible under the key until :meth:`commit`.
+
+    The Bucket calls :meth:`write` any number of times, then exactly one of
+    :meth:`commit` or :meth:`abort`. A driver uploads parts as they fill
+    (multipart) and must leave no object and no orphaned parts after abort.
+    """
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None:
+        """Append ``data``."""
+
+    @abc.abstractmethod
+    def commit(self) -> str | None:
+        """Make the object visible, honouring the write's conditions; return its etag."""
+
+    @abc.abstractmethod
+    def abort(self) -> None:
+        """Discard everything written. Must not raise if nothing was uploaded."""
+
+
+class StorageDriver(Classifier, abc.ABC):
+    """Base class of storage drivers.
+
+    Attributes:
+        scheme: the URL scheme this driver serves (``"s3"``).
+        endpoint: where requests go, for breaker keys and messages; never a secret.
+        capabilities: what the provider supports.
+        batch_concurrency: how many objects the default batch methods move at once.
+    """
+
+    scheme: str = ""
+    endpoint: str = ""
+    capabilities: StorageCapabilities = StorageCapabilities()
+    batch_concurrency: int = 16
+
+    # -- whole objects -------------------------------------------------
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """Return the whole object. Missing key: NOT_FOUND."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        """Return bytes ``[start, end)`` clipped to the object; ``b""`` if start >= size."""
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo:
+        """Return the object's info with metadata. Missing key: NOT_FOUND."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        """Store ``data`` atomically under ``key``; return the new etag.
+
+        ``if_none_match`` fails with ALREADY_EXISTS if the key exists;
+        ``if_match`` fails with PRECONDITION_FAILED unless the current etag
+        equals it (and NOT_FOUND or PRECONDITION_FAILED if the key is missing).
+        """
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object; a missing key is not an error."""
+
+    @abc.abstractmethod
+    def copy(self, src: str, dst: str) -> str | None:
+        """Copy ``src`` to ``dst`` (server-side where possible); return dst's etag."""
+
+    # -- streams -------------------------------------------------------
+    @abc.abstractmethod
+    def open_read(self, key: str) -> IO[bytes]:
+        """Return a readable, seekable-if-possible binary stream. Missing key: NOT_FOUND."""
+
+    @abc.abstractmethod
+    def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
+        """Start a streamed write of parts of about ``part_size`` bytes."""
+
+    # -- listing -------------------------------------------------------
+    @abc.abstractmethod
+    def list_page(
+        self,
+        prefix: str,
+        delimiter: str | None,
+        start_after: str | None,
+        page_size: int,
+        token: str | None,
+    ) -> ListPage:
+        """Return one page of keys under ``prefix`` greater than ``start_after``.
+
+        ``token`` is None for the first page and a previous page's
+        ``next_token`` after that. With a delimiter, keys that contain it
+        after the prefix are folded into ``prefixes`` (each ending with the
+        delimiter). Objects and prefixes together count towards ``page_size``.
+        """
+
+    # -- optional ------------------------------------------------------
+    def signed_url(
+        self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
+    ) -> str:
+        """Return a URL that allows ``method`` on ``key`` without credentials until expiry."""
+        from ..errors import Unsupported
+
+        raise Unsupported(f"{self.scheme}:// cannot sign URLs", provider=self.scheme)
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        """Fetch many objects concurrently; yield each key with its bytes or its error."""
+        yield from zip(keys, _fan_out(self.get, keys, self.batch_concurrency), strict=True)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> Iterator[tuple[str, str | BaseException | None]]:
+        """Store many objects concurrently; yield each key with its etag or its error."""
+
+        def one(item: tuple[str, bytes]) -> str | None:
+            return self.put(item[0], item[1], options)
+
+        results = _fan_out(one, items, self.batch_concurrency)
+        yield from zip((key for key, _ in items), results, strict=True)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        """Delete many objects concurrently; yield each key with None or its error."""
+        yield from zip(keys, _fan_out(self.delete, keys, self.batch_concurrency), strict=True)
+
+    def close(self) -> None:
+        """Release connections and threads."""
+
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+def _fan_out(fn: Callable[[A], R], args: list[A], concurrency: int) -> list[R | BaseException]:
+    """Run ``fn`` over ``args`` on at most ``concurrency`` threads; errors are returned, not raised."""
+
+    def safe(arg: A) -> R | BaseException:
+        try:
+            return fn(arg)
+        except Exception as exc:
+            return exc
+
+    if len(args) <= 1:
+        return [safe(a) for a in args]
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(args))), thread_name_prefix="portable-batch") as pool:
+        return list(pool.map(safe, args))
+
+
+def page_of_sorted_keys(
+    keys: Iterable[str],
+    info: Callable[[str], ObjectInfo | None],
+    prefix: str,
+    delimiter: str | None,
+    start_after: str | None,
+    page_size: int,
+    token: str | None,
+) -> ListPage:
+    """Build one page from keys in lexical order, for drivers that list by themselves.
+
+    ``info(key)`` returns the key's ObjectInfo, or None if it vanished. The
+    token is the last key returned, or a folded prefix (ending with the
+    delimiter, which no key can) whose keys are all skipped.
+    """
+    after = max(filter(None, (start_after, token)), default="")
+    skip = token if token and delimiter and token.endswith(delimiter) else None
+    objects: list[ObjectInfo] = []
+    prefixes: list[str] = []
+    last: str | None = None
+    for key in keys:
+        if not key.startswith(prefix) or key <= after:
+            continue
+        if skip is not None and key.startswith(skip):
+            continue
+        if delimiter:
+            cut = key.find(delimiter, len(prefix))
+            if cut >= 0:
+                folded = key[: cut + 1]
+                if prefixes and prefixes[-1] == folded:
+                    continue
+                if len(objects) + len(prefixes) >= page_size:
+                    return ListPage(objects, prefixes, last)
+                prefixes.append(folded)
+                last = folded
+                continue
+        if len(objects) + len(prefixes) >= page_size:
+            return ListPage(objects, prefixes, last)
+        found = info(key)
+        if found is not None:
+            objects.append(found)
+            last = key
+    return ListPage(objects, prefixes, None)

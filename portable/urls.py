@@ -1,0 +1,246 @@
+"""Provider URLs and the scheme registry.
+
+A provider is named by a URL: ``s3://bucket/prefix?region=eu-west-1``,
+``sqlite://./queue.db?name=events``, ``local://?workers=4``. The scheme picks a
+driver from a lazy table of ``"module:attribute"`` strings (nothing is
+imported until a URL of that scheme is opened) and from the entry-point groups
+``portable.storage``, ``portable.messaging`` and ``portable.compute``, which
+third-party distributions use to add schemes.
+
+A wrapper scheme ``NAME+inner://...`` (``chaos+s3://bucket?error_rate=0.2``)
+hands the URL to the wrapper registered as ``NAME``, which opens the inner URL
+itself.
+
+Errors:
+    UnknownScheme: no driver provides the scheme; the message lists the known
+        schemes and the closest match.
+    MissingDependency: a built-in scheme whose distribution is not installed;
+        the message names the pip extra.
+    InvalidURL: an option the driver does not know, or a value of the wrong type.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ._redact import redact
+from .errors import InvalidURL, MissingDependency, UnknownScheme
+
+__all__ = ["Domain", "ParsedURL", "known_schemes", "load_driver_factory", "open_driver", "parse_url"]
+
+Domain = Literal["storage", "messaging", "compute"]
+T = TypeVar("T")
+
+#: scheme -> ("module:attribute", pip extra or None for the core)
+_BUILTIN: dict[str, dict[str, tuple[str, str | None]]] = {
+    "storage": {
+        "abfs": ("portable_azure.blob:BlobStorage", "azure"),
+        "az": ("portable_azure.blob:BlobStorage", "azure"),
+        "file": ("portable.embedded.file:FileStorage", None),
+        "gcs": ("portable_gcp.gcs:GCSStorage", "gcp"),
+        "gs": ("portable_gcp.gcs:GCSStorage", "gcp"),
+        "mem": ("portable.embedded.memory:MemoryStorage", None),
+        "s3": ("portable_aws.s3:S3Storage", "aws"),
+    },
+    "messaging": {
+        "azqueue": ("portable_azure.queue:StorageQueueMessaging", "azure"),
+        "kafka": ("portable_kafka.kafka:KafkaMessaging", "kafka"),
+        "mem": ("portable.embedded.memqueue:MemoryMessaging", None),
+        "pubsub": ("portable_gcp.pubsub:PubSubMessaging", "gcp"),
+        "sqlite": ("portable.embedded.sqlitequeue:SqliteMessaging", None),
+        "sqs": ("portable_aws.sqs:SQSMessaging", "aws"),
+    },
+    "compute": {
+        "batch": ("portable_aws.batch:BatchLauncher", "aws"),
+        "dask": ("portable_dask.launcher:DaskLauncher", "dask"),
+        "dask+local": ("portable_dask.launcher:DaskLauncher", "dask"),
+        "local": ("portable.embedded.localjobs:LocalLauncher", None),
+    },
+}
+
+#: wrapper name -> "module:attribute" of ``open(domain, url) -> driver``
+_WRAPPERS: dict[str, str] = {"chaos": "portable.testing.chaos:open_chaos"}
+
+_GROUPS: dict[str, str] = {
+    "storage": "portable.storage",
+    "messaging": "portable.messaging",
+    "compute": "portable.compute",
+}
+
+
+@dataclass(frozen=True)
+class ParsedURL:
+    """A provider URL split into parts, with its query options.
+
+    ``options`` keeps the query string's values as strings; a driver reads
+    them with :meth:`take` and calls :meth:`done` so that an option it does
+    not know is reported instead of ignored.
+    """
+
+    raw: str
+    scheme: str
+    netloc: str
+    path: str
+    options: Mapping[str, str]
+    _taken: set[str] = field(default_factory=set, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        return f"ParsedURL({redact(self.raw)!r})"
+
+    def __str__(self) -> str:
+        return redact(self.raw)
+
+    @property
+    def host(self) -> str:
+        """The netloc without credentials."""
+        return self.netloc.rpartition("@")[2]
+
+    def take(self, name: str, kind: type[T], default: T) -> T:
+        """Read option ``name`` converted to ``kind``, or ``default`` when absent."""
+        self._taken.add(name)
+        value = self.options.get(name)
+        if value is None:
+            return default
+        try:
+            if kind is bool:
+                lowered = value.lower()
+                if lowered in ("1", "true", "yes", "on"):
+                    return True  # type: ignore[return-value]
+                if lowered in ("0", "false", "no", "off"):
+                    return False  # type: ignore[return-value]
+                raise ValueError(value)
+            return kind(value)  # type: ignore[call-arg]
+        except (TypeError, ValueError):
+            shown = "***" if _looks_secret(name) else repr(value)
+            raise InvalidURL(
+                f"option {name}={shown} in {self} must be a {kind.__name__}"
+            ) from None
+
+    def take_str(self, name: str, default: str | None = None) -> str | None:
+        """Read string option ``name``, or ``default``."""
+        self._taken.add(name)
+        return self.options.get(name, default)
+
+    def done(self, allowed_extra: Iterable[str] = ()) -> None:
+        """Raise InvalidURL for any option that no :meth:`take` call read."""
+        unknown = set(self.options) - self._taken - set(allowed_extra)
+        if unknown:
+            known = sorted(self._taken | set(allowed_extra))
+            raise InvalidURL(
+                f"unknown option(s) {', '.join(sorted(unknown))} in {self}; "
+                f"{self.scheme}:// takes: {', '.join(known) or 'no options'}"
+            )
+
+    def with_scheme(self, scheme: str) -> ParsedURL:
+        """The same URL with another scheme (used by wrapper schemes)."""
+        rest = self.raw.split("://", 1)[1]
+        return parse_url(f"{scheme}://{rest}")
+
+    def without(self, *names: str) -> ParsedURL:
+        """The same URL without the given options."""
+        options = {k: v for k, v in self.options.items() if k not in names}
+        query = "&".join(f"{k}={v}" for k, v in options.items())
+        base = self.raw.split("?", 1)[0]
+        return parse_url(f"{base}?{query}" if query else base)
+
+
+def _looks_secret(name: str) -> bool:
+    from ._redact import is_secret_option
+
+    return is_secret_option(name)
+
+
+def parse_url(url: str | ParsedURL) -> ParsedURL:
+    """Split a provider URL; raise InvalidURL if it is not ``scheme://...``."""
+    if isinstance(url, ParsedURL):
+        return url
+    if not isinstance(url, str):
+        raise InvalidURL(f"a provider URL must be a str, got {type(url).__name__}")
+    if "://" not in url:
+        raise InvalidURL(
+            f"{redact(url)!r} is not a provider URL: write it as scheme://..., "
+            "for example file://./data or s3://bucket/prefix"
+        )
+    parts = urlsplit(url)
+    scheme = url.split("://", 1)[0].lower()
+    options: dict[str, str] = {}
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in options:
+            raise InvalidURL(f"option {name} is given twice in {redact(url)}")
+        options[name] = value
+    return ParsedURL(
+        raw=url,
+        scheme=scheme,
+        netloc=unquote(parts.netloc),
+        path=unquote(parts.path),
+        options=options,
+    )
+
+
+def _entry_point_table(domain: str) -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=_GROUPS[domain])}
+
+
+def known_schemes(domain: Domain) -> list[str]:
+    """Every scheme of ``domain``: built-in, installed through entry points, and wrappers."""
+    names = set(_BUILTIN[domain]) | set(_entry_point_table(domain))
+    return sorted(names)
+
+
+def _import(target: str, scheme: str, extra: str | None) -> Any:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if extra is None or not (exc.name or "").split(".")[0] == module_name.split(".")[0]:
+            raise
+        raise MissingDependency(
+            f"{scheme}:// needs the {extra} adapter: pip install 'portable[{extra}]'"
+        ) from exc
+    return getattr(module, attr)
+
+
+def load_driver_factory(domain: Domain, scheme: str) -> Any:
+    """Return the object registered for ``scheme`` in ``domain``.
+
+    Entry points win over the built-in table, so a distribution can replace a
+    built-in driver. A wrapper scheme (``chaos+s3``) returns the wrapper's
+    ``open(domain, url)`` function.
+    """
+    scheme = scheme.lower()
+    eps = _entry_point_table(domain)
+    if scheme in eps:
+        return eps[scheme].load()
+    if scheme in _BUILTIN[domain]:
+        target, extra = _BUILTIN[domain][scheme]
+        return _import(target, scheme, extra)
+    head, plus, _inner = scheme.partition("+")
+    if plus and head in _WRAPPERS:
+        return _import(_WRAPPERS[head], head, None)
+    known = known_schemes(domain)
+    close = difflib.get_close_matches(scheme, known, n=1)
+    hint = f" Did you mean {close[0]}://?" if close else ""
+    raise UnknownScheme(
+        f"no {domain} driver for {scheme}://.{hint} Known: "
+        + ", ".join(f"{s}://" for s in known)
+    )
+
+
+def open_driver(domain: Domain, url: str | ParsedURL) -> Any:
+    """Parse ``url`` and open its driver: ``Factory.from_url(parsed)``.
+
+    A wrapper scheme (``chaos+s3://``) is handed to the wrapper's
+    ``open(domain, parsed)``, which opens the inner URL itself.
+    """
+    parsed = parse_url(url)
+    scheme = parsed.scheme
+    head, plus, _ = scheme.partition("+")
+    if plus and head in _WRAPPERS and scheme not in _BUILTIN[domain]:
+        return _import(_WRAPPERS[head], head, None)(domain, parsed)
+    return load_driver_factory(domain, scheme).from_url(parsed)
