@@ -14,6 +14,8 @@ Keys:
     folder ``.portable`` is reserved for metadata, temporary files and locks.
 
 Known differences:
+    * Each ``/``-separated segment of a key is a file name, limited to 255
+      bytes (the whole key may still be 1,024 bytes).
     * A file system path cannot be both a file and a folder, so the object
       ``a`` and the object ``a/b`` cannot both exist; the second write
       raises InvalidKey. Every cloud store allows it.
@@ -62,6 +64,7 @@ __all__ = ["FileStorage"]
 
 _RESERVED = ".portable"
 _STRIPES = 64
+_MAX_SEGMENT = 255
 
 
 def _etag(st: os.stat_result) -> str:
@@ -93,6 +96,11 @@ class FileStorage(StorageDriver):
     def _path(self, key: str) -> Path:
         if key == _RESERVED or key.startswith(_RESERVED + "/"):
             raise InvalidKey(f"key {key!r}: the folder {_RESERVED} is reserved by file://")
+        if len(key) > 63 and any(len(seg.encode()) > _MAX_SEGMENT for seg in key.split("/")):
+            raise InvalidKey(
+                f"key {key[:60]!r}...: file:// stores each '/'-separated segment as a file name, "
+                f"which is limited to {_MAX_SEGMENT} bytes; split the key with '/'"
+            )
         return self.root / key
 
     def _meta_path(self, key: str) -> Path:
