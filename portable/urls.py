@@ -224,7 +224,7 @@ def load_driver_factory(domain: Domain, scheme: str) -> Any:
     if plus and head in _WRAPPERS:
         return _import(_WRAPPERS[head], head, None)
     known = known_schemes(domain)
-    close = difflib.get_close_matches(scheme, known, n=1)
+    close = difflib.get_close_matches(scheme, known, n=1, cutoff=0.5)
     hint = f" Did you mean {close[0]}://?" if close else ""
     raise UnknownScheme(
         f"no {domain} driver for {scheme}://.{hint} Known: "

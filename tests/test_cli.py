@@ -1,0 +1,115 @@
+"""The `portable` command, run through its installed entry point."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXE = shutil.which("portable", path=str(Path(sys.executable).parent)) or "portable"
+
+
+def run(*args, cwd, env_extra=None, stdin=None, check=True):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTABLE_")}
+    env.update(env_extra or {})
+    proc = subprocess.run(
+        [EXE, *args], cwd=cwd, env=env, input=stdin, capture_output=True, timeout=120
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"portable {' '.join(args)} -> {proc.returncode}\n{proc.stderr.decode()}")
+    return proc
+
+
+@pytest.fixture
+def work(tmp_path):
+    return tmp_path
+
+
+def test_put_cat_ls_rm_on_a_file_bucket(work):
+    bucket = f"file://{work / 'b'}"
+    src = work / "in.txt"
+    src.write_bytes(b"hello cli")
+    run("put", "--bucket", bucket, "docs/in.txt", str(src), cwd=work)
+    assert run("cat", "--bucket", bucket, "docs/in.txt", cwd=work).stdout == b"hello cli"
+    run("put", "--bucket", bucket, "docs/stdin.txt", "-", cwd=work, stdin=b"from stdin")
+    listing = run("ls", "--bucket", bucket, "-r", cwd=work).stdout.decode()
+    assert "docs/in.txt" in listing and "docs/stdin.txt" in listing
+    top = run("ls", "--bucket", bucket, cwd=work).stdout.decode()
+    assert "PRE" in top and "docs/" in top
+    run("rm", "--bucket", bucket, "docs/in.txt", cwd=work)
+    assert "docs/in.txt" not in run("ls", "--bucket", bucket, "-r", cwd=work).stdout.decode()
+
+
+def test_put_if_none_match_refuses_an_existing_key(work):
+    bucket = f"file://{work / 'b'}"
+    run("put", "--bucket", bucket, "k", "-", cwd=work, stdin=b"1")
+    proc = run("put", "--bucket", bucket, "--if-none-match", "k", "-", cwd=work, stdin=b"2", check=False)
+    assert proc.returncode == 1
+    assert b"AlreadyExists" in proc.stderr
+    assert run("cat", "--bucket", bucket, "k", cwd=work).stdout == b"1"
+
+
+def test_cp_streams_between_two_providers(work):
+    a, b = f"file://{work / 'a'}", f"file://{work / 'b'}"
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    run("put", "--bucket", a, "big.bin", "-", cwd=work, stdin=data)
+    run("cp", f"{a}::big.bin", f"{b}::copy/big.bin", cwd=work)
+    assert run("cat", "--bucket", b, "copy/big.bin", cwd=work).stdout == data
+    run("cp", "--bucket", a, "big.bin", "same-bucket.bin", cwd=work)
+    assert (work / "a" / "same-bucket.bin").read_bytes() == data
+
+
+def test_missing_key_exits_1_with_a_typed_message(work):
+    proc = run("cat", "--bucket", f"file://{work}", "nope", cwd=work, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.decode().startswith("portable: NotFound:")
+
+
+def test_bad_url_exits_1_naming_the_fix(work):
+    proc = run("ls", "--bucket", "s4://x", cwd=work, check=False)
+    assert proc.returncode == 1
+    assert b"Did you mean s3://" in proc.stderr
+
+
+def test_config_show_masks_secrets(work):
+    (work / "portable.toml").write_text(
+        '[profiles.default]\nstorage = "az://c?account=a&sas_token=TOPSECRET"\n'
+    )
+    out = run("config", "show", cwd=work).stdout.decode()
+    data = json.loads(out)
+    assert data["storage"].startswith("az://c?account=a&sas_token=")
+    assert "TOPSECRET" not in out
+
+
+def test_doctor_opens_each_provider_and_prints_capabilities(work):
+    (work / "portable.toml").write_text(f'[profiles.default]\nstorage = "file://{work / "objs"}"\n')
+    out = run("doctor", cwd=work).stdout.decode()
+    assert "storage" in out and "conditional_create" in out
+
+
+def test_doctor_fails_on_a_broken_provider(work):
+    (work / "portable.toml").write_text('[profiles.default]\nstorage = "nosuch://x"\n')
+    proc = run("doctor", cwd=work, check=False)
+    assert proc.returncode == 1
+    assert b"FAILED" in proc.stdout
+
+
+def test_demo_runs_with_no_configuration(work):
+    proc = run("demo", "--dir", str(work / "demo"), cwd=work)
+    out = proc.stdout.decode()
+    assert "result:" in out
+
+
+def test_python_dash_m_portable_works_from_the_repo_without_install(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTABLE_")}
+    env["PYTHONPATH"] = str(repo)
+    proc = subprocess.run(
+        [sys.executable, "-S", "-m", "portable", "demo", "--dir", str(tmp_path / "d")],
+        cwd=tmp_path, env=env, capture_output=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"result:" in proc.stdout

@@ -1,0 +1,89 @@
+import importlib
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import portable
+import portable.errors
+
+
+def test_all_is_sorted_and_unique():
+    assert list(portable.__all__) == sorted(set(portable.__all__))
+
+
+def test_all_is_complete_and_importable():
+    for name in portable.__all__:
+        assert hasattr(portable, name), name
+    public = {
+        name
+        for name, value in vars(portable).items()
+        if not name.startswith("_") and not inspect.ismodule(value) and name not in {"annotations"}
+    }
+    assert public == set(portable.__all__)
+
+
+def test_every_error_is_exported():
+    errors = {
+        name
+        for name, value in vars(portable.errors).items()
+        if inspect.isclass(value) and issubclass(value, portable.errors.PortableError)
+    }
+    assert errors <= set(portable.__all__) | {"Internal"}
+    assert list(portable.errors.__all__) == sorted(portable.errors.__all__)
+
+
+@pytest.mark.parametrize("module", ["portable.storage", "portable.errors", "portable.resilience", "portable.config", "portable.urls"])
+def test_module_all_is_sorted(module):
+    mod = importlib.import_module(module)
+    assert list(mod.__all__) == sorted(mod.__all__)
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{module}.{name}"
+
+
+def test_importing_the_core_loads_no_cloud_sdk():
+    code = (
+        "import sys, portable, portable.storage, portable.config, portable.resilience\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "{'boto3','botocore','aiobotocore','s3fs','gcsfs','adlfs','google','azure','kafka','fsspec','dask','redis'})\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_error_codes_are_stable():
+    from portable.errors import ErrorCode
+
+    assert {c.name: c.value for c in ErrorCode} == {
+        "UNKNOWN": 1,
+        "NOT_FOUND": 2,
+        "ALREADY_EXISTS": 3,
+        "PRECONDITION_FAILED": 4,
+        "PERMISSION_DENIED": 5,
+        "INVALID_ARGUMENT": 6,
+        "UNAVAILABLE": 7,
+        "THROTTLED": 8,
+        "DEADLINE_EXCEEDED": 9,
+        "CANCELLED": 10,
+        "UNSUPPORTED": 11,
+        "IN_PROGRESS": 12,
+        "IDEMPOTENCY_CONFLICT": 13,
+        "TOO_LARGE": 14,
+    }
+
+
+def test_errors_pickle_with_their_fields():
+    import pickle
+
+    err = portable.Throttled("slow down", provider="s3", retry_after=2.5)
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is portable.Throttled
+    assert (again.provider, again.retryable, again.retry_after, str(again)) == ("s3", True, 2.5, "[s3] slow down")
+
+
+def test_py_typed_is_shipped():
+    from importlib.resources import files
+
+    assert files("portable").joinpath("py.typed").is_file()

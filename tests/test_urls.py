@@ -1,0 +1,75 @@
+import pytest
+
+from portable import InvalidURL, MissingDependency, UnknownScheme, open_bucket
+from portable.urls import known_schemes, load_driver_factory, parse_url
+
+
+def test_parse_url_splits_parts_and_options():
+    u = parse_url("s3://bucket/pre/fix?region=eu-west-1&endpoint_url=http://127.0.0.1:9000")
+    assert (u.scheme, u.netloc, u.path) == ("s3", "bucket", "/pre/fix")
+    assert u.options == {"region": "eu-west-1", "endpoint_url": "http://127.0.0.1:9000"}
+
+
+def test_take_converts_and_done_reports_unknown_options():
+    u = parse_url("local://?workers=4&verbose=yes&typo=1")
+    assert u.take("workers", int, 1) == 4
+    assert u.take("verbose", bool, False) is True
+    with pytest.raises(InvalidURL, match="typo") as info:
+        u.done()
+    assert "workers" in str(info.value)
+
+
+def test_take_names_the_option_and_type():
+    with pytest.raises(InvalidURL, match=r"workers=.*int"):
+        parse_url("local://?workers=many").take("workers", int, 1)
+
+
+def test_a_secret_option_value_is_never_shown():
+    u = parse_url("az://c?account_key=SUPERSECRET&connection_string=AccountKey=SUPERSECRET2")
+    with pytest.raises(InvalidURL) as info:
+        u.done()
+    assert "SUPERSECRET" not in str(info.value)
+    assert "SUPERSECRET" not in repr(u)
+    with pytest.raises(InvalidURL) as info:
+        u.take("account_key", int, 0)
+    assert "SUPERSECRET" not in str(info.value)
+
+
+def test_not_a_url():
+    with pytest.raises(InvalidURL, match="scheme://"):
+        parse_url("just/a/path")
+
+
+def test_unknown_scheme_lists_known_and_suggests_the_closest():
+    with pytest.raises(UnknownScheme) as info:
+        open_bucket("s4://bucket")
+    msg = str(info.value)
+    assert "Did you mean s3://" in msg
+    assert "file://" in msg and "mem://" in msg
+
+
+def test_known_schemes_are_sorted_and_include_builtins():
+    names = known_schemes("storage")
+    assert names == sorted(names)
+    assert {"mem", "file", "s3", "gs", "az"} <= set(names)
+    assert {"mem", "sqlite", "sqs", "pubsub", "kafka", "azqueue"} <= set(known_schemes("messaging"))
+    assert {"local", "batch", "dask"} <= set(known_schemes("compute"))
+
+
+def test_builtin_factories_load_lazily():
+    from portable.embedded.memory import MemoryStorage
+
+    assert load_driver_factory("storage", "mem") is MemoryStorage
+
+
+def test_a_missing_adapter_names_the_pip_extra(monkeypatch):
+    import portable.urls as urls
+
+    monkeypatch.setitem(urls._BUILTIN["storage"], "nosuch", ("portable_nosuch.x:Driver", "nosuch"))
+    with pytest.raises(MissingDependency, match=r"pip install 'portable\[nosuch\]'"):
+        load_driver_factory("storage", "nosuch")
+
+
+def test_unknown_options_fail_before_any_request(tmp_path):
+    with pytest.raises(InvalidURL, match="fsync"):
+        open_bucket(f"file://{tmp_path}?fsnyc=1")
