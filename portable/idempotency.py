@@ -48,33 +48,60 @@ leases well above the clock skew.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import functools
 import hashlib
+import inspect
 import json
+import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from importlib.metadata import entry_points
+from pathlib import PurePath
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from .errors import (
+    ConfigError,
     IdempotencyConflict,
+    InProgress,
     InvalidArgument,
+    MissingDependency,
     PreconditionFailed,
     TooLarge,
 )
+from .resilience import remaining
+from .urls import ParsedURL, parse_url
 
 __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TTL",
+    "GROUP",
+    "BucketStore",
     "Claim",
     "ClaimStatus",
     "IdempotencyStore",
     "MemoryStore",
+    "SqliteStore",
+    "arun_once",
     "fingerprint",
+    "idempotent",
     "new_token",
+    "open_store",
+    "run_once",
 ]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+_log = logging.getLogger("portable.idempotency")
 
 #: Seconds a claim stays exclusive before another caller may take it over.
 DEFAULT_LEASE = 60.0
@@ -126,6 +153,8 @@ class IdempotencyStore(Protocol):
     def complete(self, key: str, token: str, result: bytes | None) -> None:
         """Mark the claim done and store ``result``.
 
+        Completing twice with the same token is a no-op (a retried call).
+
         Raises:
             PreconditionFailed: ``token`` is not the current claim's (the lease was lost).
             TooLarge: ``result`` is over the store's ``max_result_bytes``; the
@@ -153,7 +182,10 @@ def fingerprint(payload: bytes | bytearray | memoryview | str | Mapping[str, Any
     Bytes are hashed as they are; a str as its UTF-8 bytes; a mapping as
     canonical JSON (sorted keys, values that JSON cannot hold by ``repr``),
     restricted to ``fields`` when given (so a retry that differs only in,
-    say, a timestamp is still recognised).
+    say, a timestamp is still recognised). Inside a mapping, bytes, sets,
+    enums, dates, UUIDs, decimals, paths and dataclasses have a canonical
+    form; any other object raises InvalidArgument rather than being hashed
+    by its ``repr`` (which may differ between two identical requests).
 
     Returns:
         32 hex digits (BLAKE2b, 128 bits).
@@ -167,12 +199,34 @@ def fingerprint(payload: bytes | bytearray | memoryview | str | Mapping[str, Any
     elif isinstance(payload, Mapping):
         if fields is not None:
             payload = {name: payload.get(name) for name in fields}
-        data = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=repr).encode()
+        try:
+            data = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_canonical).encode()
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(
+                f"cannot fingerprint this payload: {exc}; pass bytes, choose fields=, "
+                "or convert the value to str, int, float, bool, None, list or dict"
+            ) from None
     else:
         raise InvalidArgument(
             f"a payload to fingerprint must be bytes, str or a mapping, got {type(payload).__name__}"
         )
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """JSON stand-ins for common non-JSON values; anything else is refused, never ``repr``-ed
+    (a repr may hold a memory address, which would make every retry look like a new payload)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$bytes": bytes(value).hex()}
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=lambda v: json.dumps(v, sort_keys=True, default=_canonical))
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dt.date | dt.time | uuid.UUID | decimal.Decimal | PurePath):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"a {type(value).__name__} has no canonical form")
 
 
 def _check_claim_args(key: object, fp: object, lease: float, ttl: float) -> None:
@@ -266,6 +320,9 @@ class MemoryStore:
     def complete(self, key: str, token: str, result: bytes | None) -> None:
         _check_result(result, self.max_result_bytes)
         with self._lock:
+            done = self._records.get(key)
+            if done is not None and done.completed and done.token == token:
+                return  # completed twice by the same claimer: a retried complete()
             record = self._current(key, token)
             now = self._clock()
             record.completed = True
@@ -297,3 +354,337 @@ class MemoryStore:
             for k in gone:
                 del self._records[k]
             return len(gone)
+
+
+# ---------------------------------------------------------------- running an effect once
+def _json_encode(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _json_decode(data: bytes) -> Any:
+    return json.loads(data)
+
+
+def _in_progress(key: str) -> InProgress:
+    return InProgress(
+        f"the first call with idempotency key {key[:200]!r} is still running; retry later "
+        "(or pass wait= to wait for it)"
+    )
+
+
+def _poll_delays(wait: float) -> Iterator[float]:
+    """Sleeps between polls of an in-progress key, up to ``wait`` seconds (and the deadline)."""
+    start = time.monotonic()
+    limit = wait
+    left = remaining()
+    if left is not None:
+        limit = min(limit, left)
+    delay = 0.005
+    while True:
+        spent = time.monotonic() - start
+        if spent >= limit:
+            return
+        yield min(delay, limit - spent)
+        delay = min(delay * 2, 0.5)
+
+
+def run_once(
+    store: IdempotencyStore,
+    key: str,
+    payload_fingerprint: str,
+    fn: Callable[[], R],
+    *,
+    lease: float = DEFAULT_LEASE,
+    ttl: float = DEFAULT_TTL,
+    wait: float = 0.0,
+    encode: Callable[[R], bytes | None] = _json_encode,
+    decode: Callable[[bytes], R] = _json_decode,
+) -> R:
+    """Run ``fn()`` at most once per ``key``; later calls return its stored result.
+
+    Args:
+        store: where the key's record lives.
+        key: the idempotency key.
+        payload_fingerprint: :func:`fingerprint` of the request.
+        fn: the effect. If it raises, the claim is released and the error
+            propagates, so the next call runs it again.
+        lease: seconds the claim is exclusive; a longer effect should use a
+            store's ``extend``. Defaults to 60.
+        ttl: seconds the record lives. Defaults to one day.
+        wait: seconds to wait for another caller's claim to finish, polling,
+            bounded by the :func:`~portable.resilience.deadline` in force.
+            Defaults to 0 (raise InProgress at once).
+        encode, decode: turn the result into bytes and back. Default to JSON.
+            When ``encode`` returns None (nothing worth keeping), later
+            callers get ``decode(b"null")``.
+
+    Raises:
+        InProgress: another caller holds the key and did not finish within ``wait``.
+        IdempotencyConflict: the key was used with a different payload.
+        TooLarge: the encoded result is over the store's limit; the claim is
+            released (the effect ran, but the key is free again).
+    """
+    delays = _poll_delays(wait) if wait > 0 else iter(())
+    while True:
+        claim = store.claim(key, payload_fingerprint, lease=lease, ttl=ttl)
+        if claim.status == "completed":
+            return decode(claim.result if claim.result is not None else b"null")
+        if claim.status == "acquired":
+            break
+        delay = next(delays, None)
+        if delay is None:
+            raise _in_progress(key)
+        time.sleep(delay)
+    token = claim.token
+    assert token is not None
+    try:
+        result = fn()
+        data = encode(result)
+    except BaseException:
+        _release_quietly(store, key, token)
+        raise
+    try:
+        store.complete(key, token, data)
+    except TooLarge:
+        _release_quietly(store, key, token)
+        raise
+    except PreconditionFailed:
+        _log.warning(
+            "idempotency key %r: the lease expired while the effect ran and another caller took the "
+            "key over; the effect may have run twice. Use a longer lease.",
+            key[:200],
+        )
+    return result
+
+
+def _release_quietly(store: IdempotencyStore, key: str, token: str) -> None:
+    try:
+        store.release(key, token)
+    except PreconditionFailed:
+        pass  # the lease was lost anyway: the next caller may run
+    except Exception:
+        _log.warning("idempotency key %r: could not release the claim; it frees itself when the lease expires", key[:200], exc_info=True)
+
+
+async def arun_once(
+    store: IdempotencyStore,
+    key: str,
+    payload_fingerprint: str,
+    fn: Callable[[], Awaitable[R]],
+    *,
+    lease: float = DEFAULT_LEASE,
+    ttl: float = DEFAULT_TTL,
+    wait: float = 0.0,
+    encode: Callable[[R], bytes | None] = _json_encode,
+    decode: Callable[[bytes], R] = _json_decode,
+) -> R:
+    """:func:`run_once` for a coroutine function. The store's calls run in a thread
+    unless it is a :class:`MemoryStore`, so the event loop never blocks on I/O."""
+    inline = isinstance(store, MemoryStore)
+
+    async def call(method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if inline:
+            return method(*args, **kwargs)
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+    delays = _poll_delays(wait) if wait > 0 else iter(())
+    while True:
+        claim = await call(store.claim, key, payload_fingerprint, lease=lease, ttl=ttl)
+        if claim.status == "completed":
+            return decode(claim.result if claim.result is not None else b"null")
+        if claim.status == "acquired":
+            break
+        delay = next(delays, None)
+        if delay is None:
+            raise _in_progress(key)
+        await asyncio.sleep(delay)
+    token = claim.token
+    assert token is not None
+    try:
+        result = await fn()
+        data = encode(result)
+    except BaseException:
+        await call(_release_quietly, store, key, token)
+        raise
+    try:
+        await call(store.complete, key, token, data)
+    except TooLarge:
+        await call(_release_quietly, store, key, token)
+        raise
+    except PreconditionFailed:
+        _log.warning("idempotency key %r: the lease expired while the effect ran; it may have run twice", key[:200])
+    return result
+
+
+def idempotent(
+    store: IdempotencyStore | str,
+    *,
+    key: str | Callable[..., str],
+    payload: Callable[..., bytes | str | Mapping[str, Any]] | None = None,
+    fields: tuple[str, ...] | None = None,
+    namespace: str | None = None,
+    lease: float = DEFAULT_LEASE,
+    ttl: float = DEFAULT_TTL,
+    wait: float = 0.0,
+    encode: Callable[[Any], bytes | None] = _json_encode,
+    decode: Callable[[bytes], Any] = _json_decode,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Make a function (or coroutine function) run at most once per idempotency key.
+
+    >>> store = MemoryStore()
+    >>> @idempotent(store, key="order_id")
+    ... def charge(order_id: str, cents: int) -> dict:
+    ...     return {"charged": cents}
+    >>> charge("o-1", 500)
+    {'charged': 500}
+    >>> charge("o-1", 500)      # not charged again: the stored result
+    {'charged': 500}
+
+    Args:
+        store: an IdempotencyStore, or a URL for :func:`open_store` (opened
+            on first call).
+        key: the name of a parameter whose value is the key, a
+            ``str.format`` template over the parameters (``"{user}:{order}"``),
+            or a callable taking the function's arguments.
+        payload: a callable taking the function's arguments and returning
+            what to fingerprint. Defaults to every argument but ``self``/``cls``,
+            as a mapping (restricted to ``fields`` if given).
+        fields: the parameters whose values make up the fingerprint.
+        namespace: prefixed to every key (``"ns:key"``). Defaults to the
+            function's module and qualified name, so two functions never share
+            keys; pass ``""`` for none.
+        lease, ttl, wait, encode, decode: as in :func:`run_once`. The result
+            must survive ``decode(encode(result))``: JSON by default.
+
+    Raises:
+        InvalidArgument: at decoration, ``key`` names no parameter of the function.
+    """
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        sig = inspect.signature(fn)
+        params = list(sig.parameters)
+        skipped = {params[0]} if params and params[0] in ("self", "cls") else set()
+        if isinstance(key, str):
+            if key in sig.parameters:
+                template = "{" + key + "}"
+            elif "{" in key:
+                template = key
+            else:
+                raise InvalidArgument(
+                    f"@idempotent(key={key!r}): {fn.__qualname__} has no parameter {key!r}; "
+                    f"name one of {', '.join(params) or 'none'}, write a template such as "
+                    "'{user}:{order}', or pass a callable"
+                )
+            if fields is not None:
+                unknown = [f for f in fields if f not in sig.parameters]
+                if unknown:
+                    raise InvalidArgument(f"@idempotent(fields=...): {fn.__qualname__} has no parameter(s) {unknown}")
+        ns = f"{fn.__module__}.{fn.__qualname__}" if namespace is None else namespace
+        holder: list[IdempotencyStore] = []
+
+        def the_store() -> IdempotencyStore:
+            if not holder:
+                holder.append(open_store(store) if isinstance(store, str) else store)
+            return holder[0]
+
+        def key_and_fp(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = {k: v for k, v in bound.arguments.items() if k not in skipped}
+            if callable(key):
+                k = key(*args, **kwargs)
+            else:
+                try:
+                    k = template.format(**bound.arguments)
+                except (KeyError, IndexError, AttributeError) as exc:
+                    raise InvalidArgument(f"@idempotent(key={key!r}) cannot be filled in: {exc}") from None
+            if type(k) is not str or not k:
+                raise InvalidArgument(f"@idempotent: the key must be a non-empty str, got {k!r}")
+            body = payload(*args, **kwargs) if payload is not None else arguments
+            fp = fingerprint(body, fields=fields) if isinstance(body, Mapping) else fingerprint(body)
+            return (f"{ns}:{k}" if ns else k), fp
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                k, fp = key_and_fp(args, kwargs)
+                return await arun_once(
+                    the_store(), k, fp, lambda: fn(*args, **kwargs),
+                    lease=lease, ttl=ttl, wait=wait, encode=encode, decode=decode,
+                )
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            k, fp = key_and_fp(args, kwargs)
+            result: R = run_once(
+                the_store(), k, fp, lambda: fn(*args, **kwargs),
+                lease=lease, ttl=ttl, wait=wait, encode=encode, decode=decode,
+            )
+            return result
+
+        return wrapper
+
+    return decorate
+
+
+# ---------------------------------------------------------------- opening a store by URL
+_MEMORY_STORES: dict[str, MemoryStore] = {}
+_MEMORY_LOCK = threading.Lock()
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+GROUP = "portable.idempotency"
+
+
+def open_store(url: str | ParsedURL | None = None) -> IdempotencyStore:
+    """Open the idempotency store named by ``url``, or the active profile's ``idempotency``.
+
+    ``mem://`` is a private :class:`MemoryStore` and ``mem://NAME`` one shared
+    by name in this process; ``sqlite://PATH`` a :class:`SqliteStore`;
+    ``redis://`` the Redis store of ``portable[redis]``; a scheme registered
+    in the entry-point group ``portable.idempotency`` its class's
+    ``from_url(parsed)``; any other URL a :class:`BucketStore` over
+    ``open_bucket(url)``. Every built-in store takes the option
+    ``max_result_bytes``.
+
+    Raises:
+        ConfigError: no URL given and the profile names no idempotency store.
+        MissingDependency: ``redis://`` without ``portable[redis]``.
+        InvalidURL / UnknownScheme: before any request.
+    """
+    if url is None:
+        from .config import load_profile
+
+        url = load_profile().idempotency
+        if url is None:
+            raise ConfigError(
+                "no idempotency store is configured: set idempotency = 'file://./.portable/idempotency' "
+                "(or sqlite://, redis://, s3://, ...) in the profile, or PORTABLE_IDEMPOTENCY_URL"
+            )
+    parsed = parse_url(url)
+    scheme = parsed.scheme
+    for ep in entry_points(group=GROUP):
+        if ep.name == scheme:
+            found: IdempotencyStore = ep.load().from_url(parsed)
+            return found
+    if scheme == "mem":
+        limit = parsed.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
+        parsed.done()
+        name = (parsed.netloc + parsed.path).strip("/")
+        if not name:
+            return MemoryStore(max_result_bytes=limit)
+        with _MEMORY_LOCK:
+            return _MEMORY_STORES.setdefault(name, MemoryStore(max_result_bytes=limit))
+    if scheme == "sqlite":
+        return SqliteStore.from_url(parsed)
+    if scheme in _REDIS_SCHEMES:
+        raise MissingDependency(f"{scheme}:// idempotency stores need the redis store: pip install 'portable[redis]'")
+    limit = parsed.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
+    from .storage import open_bucket
+
+    return BucketStore(open_bucket(parsed.without("max_result_bytes").raw), max_result_bytes=limit)
+
+
+from ._idempotency_bucket import BucketStore  # noqa: E402  (it builds on the names above)
+from ._idempotency_sqlite import SqliteStore  # noqa: E402

@@ -1,0 +1,190 @@
+"""``sqlite://PATH`` — idempotency records in a SQLite file.
+
+URLs:
+    ``sqlite:///abs/path/idem.db`` or ``sqlite://./relative/idem.db``
+    (relative to the working directory). The file and its folder are
+    created on first use.
+
+Options:
+    ``max_result_bytes`` (int): the largest stored result. Defaults to 64 KiB.
+
+Guarantees: every claim, completion and release is one SQLite transaction
+(``BEGIN IMMEDIATE`` in WAL mode), so processes of one machine sharing the
+file see one owner per key. Not for network file systems, where SQLite's
+locks do not hold.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import InvalidURL
+from .idempotency import (
+    DEFAULT_MAX_RESULT_BYTES,
+    Claim,
+    _check_claim_args,
+    _check_result,
+    _conflict,
+    _lost,
+    new_token,
+)
+from .urls import ParsedURL
+
+__all__ = ["SqliteStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS portable_idempotency (
+    key TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    token TEXT NOT NULL,
+    completed INTEGER NOT NULL,
+    lease_until REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    ttl REAL NOT NULL,
+    result BLOB
+) WITHOUT ROWID
+"""
+
+
+class SqliteStore:
+    """Idempotency records in one SQLite table, shared by the processes of a machine.
+
+    Args:
+        path: the database file.
+        max_result_bytes: the largest result kept. Defaults to 64 KiB.
+        clock: wall-clock seconds; tests pass a fake one.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path).absolute()
+        self.max_result_bytes = max_result_bytes
+        self._clock = clock
+        self._local = threading.local()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn().execute(_SCHEMA)
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> SqliteStore:
+        """Open ``sqlite://PATH?max_result_bytes=N``."""
+        limit = url.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
+        url.done()
+        path = url.netloc + url.path
+        if not path:
+            raise InvalidURL(f"{url} names no file: write sqlite://./idempotency.db or sqlite:///abs/path.db")
+        return cls(path, max_result_bytes=limit)
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    def _conn(self) -> sqlite3.Connection:
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is None or local.pid != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            local.conn = conn
+            local.pid = os.getpid()
+        return conn
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
+        _check_claim_args(key, fingerprint, lease, ttl)
+        conn = self._conn()
+        now = self._clock()
+        token = new_token()
+        inserted = conn.execute(
+            "INSERT OR IGNORE INTO portable_idempotency VALUES (?, ?, ?, 0, ?, ?, ?, NULL)",
+            (key, fingerprint, token, now + lease, now + ttl, ttl),
+        ).rowcount
+        if inserted == 1:
+            return Claim("acquired", token)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            claim = self._claim_locked(conn, key, fingerprint, token, lease, ttl)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return claim
+
+    def _claim_locked(
+        self, conn: sqlite3.Connection, key: str, fingerprint: str, token: str, lease: float, ttl: float
+    ) -> Claim:
+        now = self._clock()
+        row = conn.execute(
+            "SELECT fingerprint, completed, lease_until, expires_at, result "
+            "FROM portable_idempotency WHERE key = ?",
+            (key,),
+        ).fetchone()
+        if row is not None and row[3] > now:
+            if row[0] != fingerprint:
+                raise _conflict(key)
+            if row[1]:
+                return Claim("completed", None, row[4])
+            if row[2] > now:
+                return Claim("in_progress")
+        conn.execute(
+            "INSERT OR REPLACE INTO portable_idempotency VALUES (?, ?, ?, 0, ?, ?, ?, NULL)",
+            (key, fingerprint, token, now + lease, now + ttl, ttl),
+        )
+        return Claim("acquired", token)
+
+    def complete(self, key: str, token: str, result: bytes | None) -> None:
+        _check_result(result, self.max_result_bytes)
+        now = self._clock()
+        changed = self._conn().execute(
+            "UPDATE portable_idempotency SET completed = 1, result = ?, expires_at = MAX(expires_at, ? + ttl) "
+            "WHERE key = ? AND token = ? AND completed = 0 AND expires_at > ?",
+            (result, now, key, token, now),
+        ).rowcount
+        if changed != 1 and not self._completed_by(key, token):
+            raise _lost(key)
+
+    def _completed_by(self, key: str, token: str) -> bool:
+        row = self._conn().execute(
+            "SELECT 1 FROM portable_idempotency WHERE key = ? AND token = ? AND completed = 1", (key, token)
+        ).fetchone()
+        return row is not None
+
+    def release(self, key: str, token: str) -> None:
+        changed = self._conn().execute(
+            "DELETE FROM portable_idempotency WHERE key = ? AND token = ? AND completed = 0 AND expires_at > ?",
+            (key, token, self._clock()),
+        ).rowcount
+        if changed != 1:
+            raise _lost(key)
+
+    def extend(self, key: str, token: str, lease: float) -> None:
+        """Push the lease of a held claim ``lease`` seconds from now (long effects)."""
+        now = self._clock()
+        changed = self._conn().execute(
+            "UPDATE portable_idempotency SET lease_until = ? "
+            "WHERE key = ? AND token = ? AND completed = 0 AND expires_at > ?",
+            (now + lease, key, token, now),
+        ).rowcount
+        if changed != 1:
+            raise _lost(key)
+
+    def purge_expired(self) -> int:
+        """Delete expired records; return how many."""
+        return self._conn().execute(
+            "DELETE FROM portable_idempotency WHERE expires_at <= ?", (self._clock(),)
+        ).rowcount
