@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -61,6 +62,32 @@ _BUILTIN: dict[str, dict[str, tuple[str, str | None]]] = {
         "dask": ("portable_dask.launcher:DaskLauncher", "dask"),
         "dask+local": ("portable_dask.launcher:DaskLauncher", "dask"),
         "local": ("portable.embedded.localjobs:LocalLauncher", None),
+    },
+}
+
+#: Storage schemes served by more than one engine: scheme -> {engine: (target, extra)}.
+#: Without ``?engine=``, the first engine whose distribution is installed is used,
+#: so the fast obstore engine is the default wherever ``portable[obstore]`` is installed.
+_STORAGE_ENGINES: dict[str, dict[str, tuple[str, str]]] = {
+    "abfs": {
+        "obstore": ("portable_obstore.azure:ObstoreAzureStorage", "obstore"),
+        "fsspec": ("portable_azure.blob:BlobStorage", "azure"),
+    },
+    "az": {
+        "obstore": ("portable_obstore.azure:ObstoreAzureStorage", "obstore"),
+        "fsspec": ("portable_azure.blob:BlobStorage", "azure"),
+    },
+    "gcs": {
+        "obstore": ("portable_obstore.gcs:ObstoreGCSStorage", "obstore"),
+        "fsspec": ("portable_gcp.gcs:GCSStorage", "gcp"),
+    },
+    "gs": {
+        "obstore": ("portable_obstore.gcs:ObstoreGCSStorage", "obstore"),
+        "fsspec": ("portable_gcp.gcs:GCSStorage", "gcp"),
+    },
+    "s3": {
+        "obstore": ("portable_obstore.s3:ObstoreS3Storage", "obstore"),
+        "fsspec": ("portable_aws.s3:S3Storage", "aws"),
     },
 }
 
@@ -232,15 +259,51 @@ def load_driver_factory(domain: Domain, scheme: str) -> Any:
     )
 
 
+def _installed(target: str) -> bool:
+    return importlib.util.find_spec(target.split(".", 1)[0]) is not None
+
+
+def storage_engine(parsed: ParsedURL) -> tuple[str | None, ParsedURL]:
+    """Pick the storage engine for ``parsed``: ``?engine=`` or the first installed one.
+
+    Returns the engine's name (None for single-engine schemes) and the URL
+    without the ``engine`` option.
+    """
+    engines = _STORAGE_ENGINES.get(parsed.scheme)
+    named = parsed.options.get("engine")
+    if engines is None:
+        if named is not None:
+            raise InvalidURL(f"{parsed.scheme}:// has a single engine; drop ?engine={named}")
+        return None, parsed
+    rest = parsed.without("engine") if named is not None else parsed
+    if named is not None:
+        if named not in engines:
+            raise InvalidURL(
+                f"unknown engine {named!r} for {parsed.scheme}://; choose one of {', '.join(sorted(engines))}"
+            )
+        return named, rest
+    for name, (target, _extra) in engines.items():
+        if _installed(target):
+            return name, rest
+    return list(engines)[-1], rest
+
+
 def open_driver(domain: Domain, url: str | ParsedURL) -> Any:
     """Parse ``url`` and open its driver: ``Factory.from_url(parsed)``.
 
     A wrapper scheme (``chaos+s3://``) is handed to the wrapper's
-    ``open(domain, parsed)``, which opens the inner URL itself.
+    ``open(domain, parsed)``, which opens the inner URL itself. A storage
+    scheme with several engines (``s3://...?engine=obstore|fsspec``) opens the
+    named engine, or the first one installed.
     """
     parsed = parse_url(url)
     scheme = parsed.scheme
     head, plus, _ = scheme.partition("+")
     if plus and head in _WRAPPERS and scheme not in _BUILTIN[domain]:
         return _import(_WRAPPERS[head], head, None)(domain, parsed)
+    if domain == "storage" and scheme in _STORAGE_ENGINES:
+        engine, parsed = storage_engine(parsed)
+        assert engine is not None
+        target, extra = _STORAGE_ENGINES[scheme][engine]
+        return _import(target, scheme, extra).from_url(parsed)
     return load_driver_factory(domain, scheme).from_url(parsed)

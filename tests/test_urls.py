@@ -73,3 +73,16 @@ def test_a_missing_adapter_names_the_pip_extra(monkeypatch):
 def test_unknown_options_fail_before_any_request(tmp_path):
     with pytest.raises(InvalidURL, match="fsync"):
         open_bucket(f"file://{tmp_path}?fsnyc=1")
+
+
+def test_storage_engines_are_chosen_by_option_or_installation():
+    from portable.urls import parse_url, storage_engine
+
+    engine, rest = storage_engine(parse_url("s3://b/p?engine=fsspec&region=x"))
+    assert engine == "fsspec" and rest.options == {"region": "x"}
+    with pytest.raises(InvalidURL, match="obstore"):
+        storage_engine(parse_url("s3://b?engine=rocket"))
+    with pytest.raises(InvalidURL, match="single engine"):
+        storage_engine(parse_url("file:///tmp/x?engine=obstore"))
+    engine, _ = storage_engine(parse_url("gs://b"))
+    assert engine in ("obstore", "fsspec")
