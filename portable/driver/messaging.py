@@ -1,0 +1,380 @@
+"""The messaging driver protocol: what a queue or pub/sub adapter implements.
+
+Application code should use :mod:`portable.messaging` (``Topic``,
+``Subscription``, ``Message``). An adapter provides three small things:
+
+* a :class:`MessagingDriver` — the factory class named in the scheme table,
+  built by ``from_url(parsed)``. It holds the client/connection, classifies
+  errors (it is the :class:`~portable.driver.Classifier` the portable layer's
+  Guard uses for every call below), declares :attr:`capabilities`, answers
+  ``as_()``, and opens the two sides of the URL;
+* a :class:`TopicDriver` (``driver.topic()``): the publishing side;
+* a :class:`SubscriptionDriver` (``driver.subscription()``): the receiving side.
+
+A driver class may implement all three and return ``self`` from
+:meth:`MessagingDriver.topic` and :meth:`MessagingDriver.subscription`
+(the embedded drivers do).
+
+Which side a URL names
+----------------------
+
+``open_topic(url)`` calls ``from_url(parsed).topic()``; ``open_subscription(url)``
+calls ``from_url(parsed).subscription()``. A URL may name a topic, a
+subscription or both, and the driver decides which sides exist:
+
+* a queue is both sides: ``sqs://events``, ``azqueue://account/q``,
+  ``mem://q``, ``sqlite://./q.db?name=q``;
+* ``pubsub://project/topics/t`` names a topic; ``?subscription=s`` adds the
+  receiving side; ``pubsub://project/subscriptions/s`` names a subscription
+  (its ``topic()`` may look the topic up, or raise);
+* ``kafka://host:9092/topic?group=g``: the topic, and with ``group`` the
+  consumer group that receives.
+
+:meth:`MessagingDriver.topic` / :meth:`MessagingDriver.subscription` raise
+:class:`~portable.errors.InvalidURL` (before any request) when the URL does not
+name that side, with a message that shows how to name it. They may talk to
+the provider (look a queue URL up, read its attributes) and then refine
+:attr:`MessagingDriver.capabilities` (an SQS FIFO queue has ``ordering``; a
+redrive policy gives ``native_dead_letter``): the portable layer reads the
+capabilities *after* opening a side.
+
+Inputs a driver can rely on (the portable layer checks them first):
+
+* a body is ``bytes`` and ``len(body) + size of attributes`` is at most
+  ``capabilities.max_message_bytes``;
+* attribute names match ``[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`` (no ``..``, not
+  ending in ``.``), values are ``str``, and there are at most
+  ``capabilities.max_attributes`` of them, reserved ``portable.*`` ones included;
+* an ordering ``key`` is a non-empty ``str`` of at most 128 UTF-8 bytes, or None;
+* a batch holds 1 to ``capabilities.max_batch`` items;
+* ``max_messages`` is 1 to ``capabilities.max_batch``; ``wait`` is 0 to 20 seconds
+  (the portable layer loops for longer waits); ``lease`` and ``seconds`` are
+  within ``[capabilities.min_lease_seconds, capabilities.max_lease_seconds]``;
+  a nack ``delay`` is within ``[0, capabilities.max_lease_seconds]``;
+* a handle passed back is one this subscription returned (the latest one for
+  that delivery, if :meth:`SubscriptionDriver.extend_lease` returned a new one).
+
+Error contract (drivers raise native errors; :meth:`Classifier.code_of` maps them):
+
+* a topic, queue or subscription that does not exist: ``NOT_FOUND``;
+* ack, nack, extend or dead-letter of a delivery whose lease was lost (it expired
+  and the message was delivered again, or the handle is stale): ``PRECONDITION_FAILED``.
+  A provider that cannot tell (SQS often accepts stale receipt handles) may
+  succeed instead; it must never fail with another code for that reason;
+* a body the provider refuses as too large despite the check: ``TOO_LARGE``;
+* throttling: ``THROTTLED`` (with ``retry_after`` if the provider said);
+  connection failures and 5xx: ``UNAVAILABLE`` (retryable).
+
+The portable layer retries through :class:`portable.resilience.Guard`;
+drivers never retry. A batch method reports each item's outcome instead of
+raising for one failed item, so that only failed items are retried.
+
+Reserved attributes
+-------------------
+
+Attribute names starting with ``portable.`` belong to the portable layer and are
+carried like any other attribute: ``portable.idempotency_key`` (every publish
+with ``idempotency_key=``), and on dead-lettered messages
+``portable.dead_letter_reason``, ``portable.dead_letter_source``,
+``portable.delivery_attempts``, ``portable.original_id``. A provider without
+native attributes (Azure Storage Queue) must carry them in its own envelope.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from . import Classifier
+
+__all__ = [
+    "IDEMPOTENCY_ATTRIBUTE",
+    "RESERVED_PREFIX",
+    "MessagingCapabilities",
+    "MessagingDriver",
+    "OutgoingMessage",
+    "QueueStats",
+    "ReceivedMessage",
+    "SubscriptionDriver",
+    "TopicDriver",
+]
+
+#: Attributes whose names start with this belong to the portable layer.
+RESERVED_PREFIX = "portable."
+#: The attribute that carries ``publish(..., idempotency_key=)``, always.
+IDEMPOTENCY_ATTRIBUTE = "portable.idempotency_key"
+
+
+@dataclass(frozen=True, slots=True)
+class MessagingCapabilities:
+    """What a messaging provider can do. A profile's ``requires`` names the boolean fields.
+
+    Attributes:
+        ordering: messages with the same ``key`` are delivered in publish order,
+            one at a time (SQS FIFO group, Pub/Sub ordering key, Kafka partition key).
+        native_dead_letter: :meth:`SubscriptionDriver.dead_letter` moves a message
+            to a dead-letter destination configured at the provider (SQS redrive
+            target, Pub/Sub dead-letter topic, sqlite's dead-letter table), and
+            :meth:`SubscriptionDriver.dead_letter_url` names it. Without it the
+            portable layer republishes poison messages to a configured DLQ.
+        lease_extension: :meth:`SubscriptionDriver.extend_lease` works (SQS
+            ChangeMessageVisibility, Pub/Sub modify_ack_deadline, Azure update).
+            Kafka has no per-message lease.
+        exactly_once: an ack that returned normally is never followed by another
+            delivery of that message, and an ack after the lease was lost fails
+            with PRECONDITION_FAILED (Pub/Sub exactly-once subscriptions, sqlite).
+        publish_dedup: a second publish with the same ``idempotency_key`` within
+            ``dedup_window_seconds`` is dropped by the provider and returns the
+            first message's id (SQS FIFO deduplication id, sqlite, mem).
+        nack_delay: ``nack(delay=)`` holds the message back for ``delay`` seconds.
+            Without it a nacked message may come back at once.
+        delivery_count: ``delivery_attempt`` counts every delivery exactly
+            (SQS ApproximateReceiveCount and Azure dequeue_count do; Pub/Sub
+            only with a dead-letter policy; Kafka counts through a retry header).
+        max_lease_seconds: the longest lease (and nack delay) the provider takes
+            (SQS 43,200; Pub/Sub 600; Azure 7 days).
+        min_lease_seconds: the shortest lease it honours (Pub/Sub 10; SQS 0).
+        lease_granularity_seconds: leases are rounded up to a multiple of this
+            (SQS and Azure: whole seconds); 0 for none.
+        max_message_bytes: the largest body plus attributes the portable layer
+            lets through, after any envelope the driver adds (SQS 262,144; Azure
+            about 48 KiB of body after base64; Pub/Sub 10,000,000).
+        max_attributes: the most attributes per message, reserved ones included.
+        dedup_window_seconds: how long ``publish_dedup`` remembers a key, or None.
+        max_batch: the most messages per publish batch and per receive call
+            (SQS 10; Pub/Sub 1,000; Azure 32).
+    """
+
+    ordering: bool = False
+    native_dead_letter: bool = False
+    lease_extension: bool = True
+    exactly_once: bool = False
+    publish_dedup: bool = False
+    nack_delay: bool = True
+    delivery_count: bool = True
+    max_lease_seconds: float = 43200.0
+    min_lease_seconds: float = 0.0
+    lease_granularity_seconds: float = 0.0
+    max_message_bytes: int = 262144
+    max_attributes: int = 32
+    dedup_window_seconds: float | None = None
+    max_batch: int = 10
+
+    def supported(self) -> frozenset[str]:
+        """Names of the boolean capabilities this provider has."""
+        return frozenset(
+            f.name for f in fields(self) if isinstance(getattr(self, f.name), bool) and getattr(self, f.name)
+        )
+
+    @classmethod
+    def flag_names(cls) -> frozenset[str]:
+        """Names of every boolean capability."""
+        return frozenset(f.name for f in fields(cls) if f.type in ("bool", bool))
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """A message to publish, already validated.
+
+    Attributes:
+        body: the payload.
+        attributes: string attributes, reserved ``portable.*`` ones included
+            (``portable.idempotency_key`` whenever ``idempotency_key`` is set).
+        key: the ordering key (SQS FIFO MessageGroupId, Pub/Sub ordering key,
+            Kafka record key), or None.
+        idempotency_key: the publisher's dedup key; a driver maps it to the
+            provider's dedup id where there is one (SQS MessageDeduplicationId,
+            hashed to fit 128 characters if needed).
+    """
+
+    body: bytes
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    key: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """One delivery of a message, as a driver returns it.
+
+    Attributes:
+        id: the provider's message id (the same on every delivery).
+        body: the payload.
+        attributes: the attributes it was published with (``portable.*`` included).
+        key: the ordering key, or None.
+        publish_time: when the provider accepted it (UTC).
+        delivery_attempt: 1 on the first delivery, then counting; best effort
+            where ``capabilities.delivery_count`` is False (never below 1).
+        handle: the driver's opaque token for ack/nack/extend (SQS receipt handle,
+            Pub/Sub ack id, Azure (id, pop receipt), Kafka (partition, offset)).
+    """
+
+    id: str
+    body: bytes
+    attributes: Mapping[str, str]
+    key: str | None
+    publish_time: dt.datetime
+    delivery_attempt: int
+    handle: Any
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Approximate counts of a queue or subscription; None where the provider does not say.
+
+    Attributes:
+        available: messages ready to be received now.
+        in_flight: delivered and not yet acked (leased).
+        delayed: held back by a nack delay.
+        dead_letters: messages in the native dead-letter destination.
+    """
+
+    available: int | None = None
+    in_flight: int | None = None
+    delayed: int | None = None
+    dead_letters: int | None = None
+
+
+class TopicDriver(abc.ABC):
+    """The publishing side of a URL."""
+
+    @abc.abstractmethod
+    def publish(self, message: OutgoingMessage) -> str:
+        """Publish one message; return the provider's message id.
+
+        With ``publish_dedup``, a repeated ``idempotency_key`` inside the window
+        returns the first message's id and publishes nothing.
+        """
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        """Publish many messages (native batch where the provider has one).
+
+        Returns, in input order, each message's id or the native error that
+        stopped it; it raises only when the whole batch failed before any
+        message could be judged (then the portable layer retries the batch).
+        The portable layer passes at most ``capabilities.max_batch`` messages.
+        Messages with the same ``key`` must keep their order.
+        """
+        out: list[str | BaseException] = []
+        for message in messages:
+            try:
+                out.append(self.publish(message))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what this side holds (the MessagingDriver closes the client)."""
+
+
+class SubscriptionDriver(abc.ABC):
+    """The receiving side of a URL: leases, acks and dead letters."""
+
+    @abc.abstractmethod
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+        """Lease up to ``max_messages`` messages for ``lease`` seconds.
+
+        Waits up to about ``wait`` seconds for the first message (long poll)
+        and may return fewer, or none, at any time. A leased message is not
+        delivered again until its lease ends or it is nacked. With ``ordering``,
+        a message is not delivered while an earlier one with the same key is
+        leased or delayed. A provider whose lease is fixed per subscription
+        applies ``lease`` by extending right after receipt, or documents that
+        it ignores it (Kafka).
+        """
+
+    @abc.abstractmethod
+    def ack(self, handle: Any) -> None:
+        """Settle the delivery: the message is never delivered again.
+
+        Lease lost: PRECONDITION_FAILED (or success where the provider cannot tell).
+        Kafka commits the contiguous acked offsets; a later offset acked before an
+        earlier one is committed when the earlier one is.
+        """
+
+    def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
+        """Ack many deliveries (SQS DeleteMessageBatch, Pub/Sub acknowledge).
+
+        Returns, in input order, None or the native error of each.
+        """
+        out: list[BaseException | None] = []
+        for handle in handles:
+            try:
+                self.ack(handle)
+                out.append(None)
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    @abc.abstractmethod
+    def nack(self, handle: Any, delay: float) -> None:
+        """Give the message back, to be delivered again after ``delay`` seconds.
+
+        SQS/Azure set the visibility timeout to ``delay``; Pub/Sub modifies the
+        ack deadline to ``delay``; Kafka republishes to its retry topic and
+        acks. Lease lost: PRECONDITION_FAILED (or success).
+        """
+
+    def extend_lease(self, handle: Any, seconds: float) -> Any:
+        """Make the lease end ``seconds`` from now; return the handle to use from now on.
+
+        Azure returns a new pop receipt; most providers return ``handle``.
+        Lease lost: PRECONDITION_FAILED. Only called when
+        ``capabilities.lease_extension`` is True.
+        """
+        from ..errors import Unsupported
+
+        raise Unsupported("this provider cannot extend a lease")
+
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        """Move the delivery to the provider's dead-letter destination and settle it.
+
+        Only called when ``capabilities.native_dead_letter`` is True. The moved
+        message keeps body, key and attributes and should gain
+        ``portable.dead_letter_reason`` = ``reason`` (and the other reserved
+        dead-letter attributes) where the provider carries attributes.
+        Lease lost: PRECONDITION_FAILED.
+        """
+        from ..errors import Unsupported
+
+        raise Unsupported("this provider has no native dead-letter destination")
+
+    def dead_letter_url(self) -> str | None:
+        """A URL that opens the native dead-letter destination as a subscription, or None."""
+        return None
+
+    def stats(self) -> QueueStats:
+        """Approximate counts (SQS ApproximateNumberOfMessages*, Azure approximate_message_count)."""
+        return QueueStats()
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what this side holds (the MessagingDriver closes the client)."""
+
+
+class MessagingDriver(Classifier, abc.ABC):
+    """Base class of messaging drivers: the factory built by ``from_url``.
+
+    Attributes:
+        scheme: the URL scheme this driver serves (``"sqs"``).
+        endpoint: where requests go, for breaker keys and messages; never a secret.
+        capabilities: what the provider (and the named queue) supports; may be
+            refined by :meth:`topic` and :meth:`subscription`.
+    """
+
+    scheme: str = ""
+    endpoint: str = ""
+    capabilities: MessagingCapabilities = MessagingCapabilities()
+
+    @abc.abstractmethod
+    def topic(self) -> TopicDriver:
+        """The publishing side of the URL. InvalidURL if the URL names no topic."""
+
+    @abc.abstractmethod
+    def subscription(self) -> SubscriptionDriver:
+        """The receiving side of the URL. InvalidURL if the URL names no subscription."""
+
+    def close(self) -> None:
+        """Release connections and threads."""
