@@ -33,7 +33,15 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from ._redact import redact
 from .errors import InvalidURL, MissingDependency, UnknownScheme
 
-__all__ = ["Domain", "ParsedURL", "known_schemes", "load_driver_factory", "open_driver", "parse_url"]
+__all__ = [
+    "Domain",
+    "ParsedURL",
+    "driver_class",
+    "known_schemes",
+    "load_driver_factory",
+    "open_driver",
+    "parse_url",
+]
 
 Domain = Literal["storage", "messaging", "compute"]
 T = TypeVar("T")
@@ -307,3 +315,20 @@ def open_driver(domain: Domain, url: str | ParsedURL) -> Any:
         target, extra = _STORAGE_ENGINES[scheme][engine]
         return _import(target, scheme, extra).from_url(parsed)
     return load_driver_factory(domain, scheme).from_url(parsed)
+
+
+def driver_class(domain: Domain, url: str | ParsedURL) -> Any:
+    """The driver class that :func:`open_driver` would use for ``url``, without opening it.
+
+    Returns None for wrapper schemes, whose class depends on the inner URL.
+    """
+    parsed = parse_url(url)
+    head, plus, _ = parsed.scheme.partition("+")
+    if plus and head in _WRAPPERS and parsed.scheme not in _BUILTIN[domain]:
+        return None
+    if domain == "storage" and parsed.scheme in _STORAGE_ENGINES:
+        engine, _rest = storage_engine(parsed)
+        assert engine is not None
+        target, extra = _STORAGE_ENGINES[parsed.scheme][engine]
+        return _import(target, parsed.scheme, extra)
+    return load_driver_factory(domain, parsed.scheme)

@@ -99,7 +99,8 @@ class StorageCapabilities:
         signed_urls: ``signed_url`` works with the configured credentials.
         server_side_copy: ``copy`` runs in the provider without moving bytes here.
         multipart: large streamed writes are uploaded in parts.
-        max_key_bytes: the longest key in UTF-8 bytes.
+        max_key_bytes: the longest key in UTF-8 bytes, relative to the bucket URL:
+            a driver whose URL carries a prefix subtracts the prefix's length.
         max_object_bytes: the largest object, or None if unbounded.
         max_metadata_bytes: the largest total user metadata, or None.
         min_part_bytes: the smallest part of a multipart upload (not the last).
@@ -156,6 +157,7 @@ class StorageDriver(Classifier, abc.ABC):
         scheme: the URL scheme this driver serves (``"s3"``).
         endpoint: where requests go, for breaker keys and messages; never a secret.
         capabilities: what the provider supports.
+        known_differences: contract tests the provider fails by design, with reasons.
         batch_concurrency: how many objects the default batch methods move at once.
     """
 
@@ -163,6 +165,10 @@ class StorageDriver(Classifier, abc.ABC):
     endpoint: str = ""
     capabilities: StorageCapabilities = StorageCapabilities()
     batch_concurrency: int = 16
+    #: Contract tests this provider fails by its nature, with the reason
+    #: (``{"test_key_and_prefix_coexist": "..."}``); ``portable contract`` and
+    #: the adapters' test subclasses mark them as expected failures.
+    known_differences: Mapping[str, str] = {}
 
     # -- whole objects -------------------------------------------------
     @abc.abstractmethod

@@ -10,8 +10,9 @@ Options:
 
 Keys:
     A key is a path under the folder: ``a/b.json`` is the file
-    ``<root>/a/b.json``, so existing files can be read and listed. The top
-    folder ``.portable`` is reserved for metadata, temporary files and locks.
+    ``<root>/a/b.json``, so existing files can be read and listed. Names that
+    start with ``.portable`` are reserved (temporary files and metadata
+    sidecars live beside each object under such names) and never listed.
 
 Known differences:
     * Each ``/``-separated segment of a key is a file name, limited to 255
@@ -19,18 +20,23 @@ Known differences:
     * A file system path cannot be both a file and a folder, so the object
       ``a`` and the object ``a/b`` cannot both exist; the second write
       raises InvalidKey. Every cloud store allows it.
-    * Content type and user metadata live in a sidecar under
-      ``.portable/meta``; a file written by another program has none.
+    * Content type and user metadata live in a sidecar file
+      ``.portable-meta.<name>`` beside the object; a file written by another
+      program has none.
 
 Guarantees:
     Writes are atomic (a temporary file renamed into place): readers see the
     old object or the new one, and a crashed or failed write leaves nothing
     visible. Conditional writes hold across processes on one machine: every
-    mutation takes an ``fcntl`` lock striped by key. The etag is derived from
+    mutation takes an ``fcntl`` lock on the object's folder. Because nothing
+    lives in a shared system folder, a bucket nested in another
+    (``file://./data`` and ``file://./data/tenant``) sees the same objects
+    under the same locks. The etag is derived from
     the file's inode, size and nanosecond modification time, which each write
     sets afresh.
 
-As: nothing.
+As:
+    ``pathlib.Path``: the root folder.
 """
 
 from __future__ import annotations
@@ -43,7 +49,6 @@ import json
 import os
 import tempfile
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -63,8 +68,9 @@ from ..urls import ParsedURL
 __all__ = ["FileStorage"]
 
 _RESERVED = ".portable"
-_STRIPES = 64
-_MAX_SEGMENT = 255
+_TMP = ".portable-tmp-"
+_META = ".portable-meta."
+_MAX_SEGMENT = 255 - len(_META)
 
 
 def _etag(st: os.stat_result) -> str:
@@ -76,12 +82,14 @@ class FileStorage(StorageDriver):
 
     scheme = "file"
     capabilities = StorageCapabilities(signed_urls=False, min_part_bytes=1, max_metadata_bytes=8192)
+    known_differences = {
+        "test_key_and_prefix_coexist": "a file system path cannot be both a file and a folder",
+    }
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.root = Path(root).absolute()
         self.endpoint = f"file://{self.root}"
         self._fsync = fsync
-        self._system = self.root / _RESERVED
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> FileStorage:
@@ -94,32 +102,31 @@ class FileStorage(StorageDriver):
 
     # -- paths ------------------------------------------------------------
     def _path(self, key: str) -> Path:
-        if key == _RESERVED or key.startswith(_RESERVED + "/"):
-            raise InvalidKey(f"key {key!r}: the folder {_RESERVED} is reserved by file://")
+        if _RESERVED in key and any(seg.startswith(_RESERVED) for seg in key.split("/")):
+            raise InvalidKey(f"key {key!r}: names starting with {_RESERVED} are reserved by file://")
         if len(key) > 63 and any(len(seg.encode()) > _MAX_SEGMENT for seg in key.split("/")):
             raise InvalidKey(
                 f"key {key[:60]!r}...: file:// stores each '/'-separated segment as a file name, "
-                f"which is limited to {_MAX_SEGMENT} bytes; split the key with '/'"
+                f"which is limited here to {_MAX_SEGMENT} bytes; split the key with '/'"
             )
         return self.root / key
 
-    def _meta_path(self, key: str) -> Path:
-        return self._system / "meta" / (key + ".json")
+    @staticmethod
+    def _meta_path(path: Path) -> Path:
+        return path.with_name(_META + path.name)
 
     @contextlib.contextmanager
-    def _locked(self, key: str) -> Iterator[None]:
-        locks = self._system / "locks"
-        stripe = zlib.crc32(key.encode()) % _STRIPES
-        try:
-            fd = os.open(locks / str(stripe), os.O_CREAT | os.O_RDWR, 0o644)
-        except FileNotFoundError:
-            locks.mkdir(parents=True, exist_ok=True)
-            fd = os.open(locks / str(stripe), os.O_CREAT | os.O_RDWR, 0o644)
+    def _locked(self, folder: Path) -> Iterator[None]:
+        """Hold an exclusive lock on ``folder`` (which must exist)."""
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)  # closing releases the lock
+
+    def as_(self, kind: type) -> object:
+        return self.root if kind is Path else None
 
     def code_of(self, exc: BaseException) -> ErrorCode:
         if isinstance(exc, IsADirectoryError | NotADirectoryError):
@@ -144,7 +151,7 @@ class FileStorage(StorageDriver):
         etag = _etag(st)
         content_type, metadata = None, {}
         try:
-            side = json.loads(self._meta_path(key).read_bytes())
+            side = json.loads(self._meta_path(path).read_bytes())
             if side.get("etag") == etag:
                 content_type, metadata = side.get("content_type"), side.get("metadata", {})
         except (OSError, ValueError):
@@ -159,17 +166,20 @@ class FileStorage(StorageDriver):
         return open(path, "rb")
 
     # -- writes ---------------------------------------------------------------
-    def _temp(self) -> tuple[int, str]:
-        tmp = self._system / "tmp"
+    def _temp(self, path: Path) -> tuple[int, str]:
+        """Create a temporary file beside ``path`` (same file system, so rename is atomic)."""
         try:
-            return tempfile.mkstemp(dir=tmp, prefix="w-")
-        except FileNotFoundError:
-            tmp.mkdir(parents=True, exist_ok=True)
-            return tempfile.mkstemp(dir=tmp, prefix="w-")
+            return tempfile.mkstemp(dir=path.parent, prefix=_TMP)
+        except (FileNotFoundError, NotADirectoryError):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise self._conflict(path.relative_to(self.root).as_posix()) from None
+            return tempfile.mkstemp(dir=path.parent, prefix=_TMP)
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> str:
         path = self._path(key)
-        fd, tmp = self._temp()
+        fd, tmp = self._temp(path)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -180,6 +190,7 @@ class FileStorage(StorageDriver):
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            self._prune(path.parent)
             raise
 
     def _install(self, key: str, path: Path, tmp: str, options: WriteOptions) -> str:
@@ -192,7 +203,7 @@ class FileStorage(StorageDriver):
             side = json.dumps(
                 {"etag": etag, "content_type": options.content_type, "metadata": dict(options.metadata)}
             ).encode()
-        with self._locked(key):
+        with self._locked(path.parent):
             if options.if_none_match or options.if_match is not None:
                 try:
                     current = _etag(path.stat()) if path.is_file() else None
@@ -202,20 +213,18 @@ class FileStorage(StorageDriver):
                     raise AlreadyExists(f"{key!r} exists", provider=self.scheme)
                 if options.if_match is not None and current != options.if_match:
                     raise PreconditionFailed(f"{key!r} does not have etag {options.if_match}", provider=self.scheme)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                raise self._conflict(key) from None
-            meta = self._meta_path(key)
+            meta = self._meta_path(path)
             if side is not None:
-                meta.parent.mkdir(parents=True, exist_ok=True)
-                meta.write_bytes(side)
+                meta_tmp = tmp + ".meta"
+                with open(meta_tmp, "wb") as fh:
+                    fh.write(side)
+                os.replace(meta_tmp, meta)
             else:
-                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                with contextlib.suppress(FileNotFoundError):
                     meta.unlink()
             try:
                 os.replace(tmp, path)
-            except (IsADirectoryError, NotADirectoryError):
+            except IsADirectoryError:
                 raise self._conflict(key) from None
             except OSError as exc:
                 if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
@@ -238,15 +247,22 @@ class FileStorage(StorageDriver):
 
     def delete(self, key: str) -> None:
         path = self._path(key)
-        with self._locked(key):
+        try:
+            lock = self._locked(path.parent)
+            lock.__enter__()
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        try:
+            if path.is_dir():
+                return
             try:
-                if path.is_dir():
-                    return
                 path.unlink()
             except (FileNotFoundError, NotADirectoryError):
                 return
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                self._meta_path(key).unlink()
+            with contextlib.suppress(FileNotFoundError):
+                self._meta_path(path).unlink()
+        finally:
+            lock.__exit__(None, None, None)
         self._prune(path.parent)
 
     def _prune(self, folder: Path) -> None:
@@ -261,7 +277,7 @@ class FileStorage(StorageDriver):
     def copy(self, src: str, dst: str) -> str:
         info = self.head(src)
         path = self._path(dst)
-        fd, tmp = self._temp()
+        fd, tmp = self._temp(path)
         try:
             with os.fdopen(fd, "wb") as out, open(self._path(src), "rb") as inp:
                 while chunk := inp.read(1 << 20):
@@ -270,11 +286,12 @@ class FileStorage(StorageDriver):
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            self._prune(path.parent)
             raise
 
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
-        self._path(key)  # reject reserved keys now, not at commit
-        fd, tmp = self._temp()
+        path = self._path(key)
+        fd, tmp = self._temp(path)
         return _FileWrite(self, key, options, fd, tmp)
 
     # -- listing ------------------------------------------------------------
@@ -305,7 +322,7 @@ class FileStorage(StorageDriver):
             return
         named: list[tuple[str, os.DirEntry[str]]] = []
         for entry in entries:
-            if not rel and entry.name == _RESERVED:
+            if entry.name.startswith(_RESERVED):
                 continue
             is_dir = entry.is_dir(follow_symlinks=False)
             named.append((rel + entry.name + ("/" if is_dir else ""), entry))
@@ -354,3 +371,4 @@ class _FileWrite(WriteStream):
         self._fh.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._tmp)
+        self._driver._prune(Path(self._tmp).parent)

@@ -1,9 +1,8 @@
 """The pytest plugin (entry point ``pytest11: portable``).
 
 It gives every suite a ``unique_name`` fixture (a fresh, provider-legal name
-per test, so suites never touch existing data) and the ``--portable-url``
-option with which ``portable contract`` points the suites at a user's own
-providers.
+per test, so suites never touch existing data) and applies each suite
+subclass's ``xfail`` table.
 """
 
 from __future__ import annotations
@@ -11,17 +10,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("portable")
-    group.addoption(
-        "--portable-url",
-        action="append",
-        default=[],
-        metavar="DOMAIN=URL",
-        help="run the contract suites against this provider URL (storage=..., messaging=..., compute=...)",
-    )
 
 
 @pytest.fixture

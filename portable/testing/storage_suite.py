@@ -430,7 +430,7 @@ class StorageContract:
         if not bucket.capabilities.signed_urls:
             with pytest.raises(Unsupported):
                 bucket.signed_url("k")
-            return
+            pytest.skip("provider lacks signed_urls (and says so with Unsupported)")
         bucket.put("signed.txt", b"secret data")
         url = bucket.signed_url("signed.txt", expires=300)
         with urllib.request.urlopen(url, timeout=10) as resp:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from portable.embedded.file import FileStorage
 from portable.testing.storage_suite import StorageContract
 
 
@@ -12,9 +13,7 @@ class TestMemory(StorageContract):
 
 
 class TestFile(StorageContract):
-    xfail = {
-        "test_key_and_prefix_coexist": "a file system path cannot be both a file and a folder",
-    }
+    xfail = dict(FileStorage.known_differences)
 
     @pytest.fixture
     def bucket_url(self, tmp_path) -> str:

@@ -1,0 +1,48 @@
+"""`portable contract`: the shipped suites against a profile's providers or URLs."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+EXE = shutil.which("portable", path=str(Path(sys.executable).parent)) or "portable"
+
+
+def run(*args, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PORTABLE_")}
+    return subprocess.run([EXE, "contract", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_storage_contract_on_a_file_bucket_passes_and_cleans_up(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "existing.txt").write_text("must survive")
+    proc = run(f"storage=file://{data}", "--json", "r.json", "--junit-xml", "r.xml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "storage file://" in proc.stdout and ": OK" in proc.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    (provider,) = report["providers"]
+    assert provider["ok"] and len(provider["passed"]) >= 60 and provider["failed"] == []
+    assert {d["test"] for d in provider["known_differences"]} == {"test_key_and_prefix_coexist"}
+    assert any(n["test"] == "test_signed_urls_allow_get_and_put" for n in provider["not_supported"])
+    assert "<testsuite" in (tmp_path / "r.xml").read_text()
+    # the namespace is gone and existing data untouched
+    assert sorted(p.name for p in data.iterdir()) == ["existing.txt"]
+    assert (data / "existing.txt").read_text() == "must survive"
+
+
+def test_a_broken_provider_exits_non_zero_and_names_the_failures(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the bucket folder should be")
+    proc = run(f"storage=file://{blocker}", "-k", "put_then_get or create_only or list_is", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "FAILED" in proc.stdout
+    assert "test_put_then_get_returns_the_bytes" in proc.stdout
+
+
+def test_an_ambiguous_bare_url_asks_for_the_domain(tmp_path):
+    proc = run("mem://x", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "storage=mem://x" in proc.stderr
