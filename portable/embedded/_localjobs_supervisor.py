@@ -1,0 +1,568 @@
+"""The supervisor of ``local://`` jobs: one detached process per state folder.
+
+It is started on demand by :mod:`portable.embedded.localjobs` (``python -I -S
+this_file.py --fork STATE_DIR ...``), so it imports the standard library only.
+It is the only process that starts, stops or changes a job once its record
+exists; submitters, ``status`` and ``cancel`` only create records and
+requests and then wake it. Jobs therefore outlive the process that
+submitted them.
+
+The state folder::
+
+    supervisor.lock       held (flock) by the live supervisor: at most one per folder
+    supervisor.pid        its pid
+    supervisor.log        its stderr
+    wake                  a FIFO; a byte written there wakes it (a hint only)
+    stop                  a stop request: {"mode": "kill", "at": epoch}
+    inbox/<job_id>        "look at this job": written after a record or request
+    tmp/                  records being built; renamed into jobs/ when complete
+    jobs/<job_id>/spec.json     the normalised spec, written once (mode 0600)
+    jobs/<job_id>/state.json    the status; replaced atomically on each change
+    jobs/<job_id>/cancel        a cancel request
+    jobs/<job_id>/preempt       a preemption request ({"grace": seconds or null})
+    jobs/<job_id>/attempt-N.log stdout and stderr of attempt N
+
+Lifecycle: the supervisor exits when it has had nothing to do for ``idle``
+seconds, after closing the FIFO and looking at the inbox once more, so a job
+recorded meanwhile is never lost (its submitter finds no reader and starts a
+new supervisor, which waits for the lock). On SIGTERM it preempts its running
+jobs (they go back to PENDING and resume under the next supervisor). A
+record left RUNNING by a supervisor that died (SIGKILL) is treated the same
+way when the next one starts: its process group is killed and the job runs
+again, counted as a preemption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+_SCAN_EVERY = 2.0
+_LOCK_WAIT = 15.0
+
+
+# ---------------------------------------------------------------- the layout (shared with localjobs.py)
+def jobs_dir(root: str) -> str:
+    return os.path.join(root, "jobs")
+
+
+def job_dir(root: str, job_id: str) -> str:
+    return os.path.join(root, "jobs", job_id)
+
+
+def write_json(path: str, data: Any, mode: int = 0o644) -> None:
+    """Replace ``path`` atomically with ``data`` as JSON."""
+    folder = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, separators=(",", ":"))
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: str) -> Any:
+    """Read a JSON file; None if it does not exist."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+
+
+def touch(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.close(fd)
+
+
+def poke(root: str, data: bytes = b"\n") -> bool:
+    """Wake the supervisor; False if none is reading the FIFO.
+
+    With ``data=b""`` it only checks that one is there, without waking it.
+    """
+    try:
+        fd = os.open(os.path.join(root, "wake"), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ENOENT):
+            return False
+        raise
+    try:
+        if data:
+            with contextlib.suppress(BlockingIOError):
+                os.write(fd, data)
+    finally:
+        os.close(fd)
+    return True
+
+
+def lock_held(root: str) -> bool:
+    """Whether a supervisor holds the folder's lock (is starting, running or exiting)."""
+    try:
+        fd = os.open(os.path.join(root, "supervisor.lock"), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock we may have taken
+    return False
+
+
+def signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+# ---------------------------------------------------------------- the supervisor
+@dataclass
+class _Running:
+    job_id: str
+    proc: subprocess.Popen[bytes]
+    state: dict[str, Any]
+    spec: dict[str, Any]
+    deadline: float | None
+    intent: str | None = None  # cancel | preempt | timeout | stop | requeue
+    kill_at: float | None = None
+
+
+class Supervisor:
+    def __init__(self, root: str, workers: int, grace: float, idle: float) -> None:
+        self.root = os.path.abspath(root)
+        self.workers = workers
+        self.grace = grace
+        self.idle = idle
+        self.running: dict[str, _Running] = {}
+        self.queue: collections.deque[str] = collections.deque()
+        self.known: set[str] = set()
+        self.stopping: str | None = None
+        self.locked_at = 0.0
+        self._terminated = False
+        self._fifo_fd = -1
+        self._fifo_keep = -1
+        self._sig_r = -1
+
+    # -- start and stop ---------------------------------------------------
+    def acquire(self) -> int | None:
+        """Take the folder's lock; None if another supervisor keeps it and is serving."""
+        fd = os.open(os.path.join(self.root, "supervisor.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        end = time.monotonic() + _LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.locked_at = time.time()
+                return fd
+            except BlockingIOError:
+                pass
+            if poke(self.root) or time.monotonic() > end:
+                # a live supervisor is serving (and now looks at the inbox): nothing to do
+                os.close(fd)
+                return None
+            time.sleep(0.02)
+
+    def setup(self) -> None:
+        for sub in ("jobs", "inbox", "tmp"):
+            os.makedirs(os.path.join(self.root, sub), exist_ok=True)
+        with open(os.path.join(self.root, "supervisor.pid"), "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+        fifo = os.path.join(self.root, "wake")
+        with contextlib.suppress(FileExistsError):
+            os.mkfifo(fifo, 0o600)
+        sig_r, sig_w = os.pipe()
+        os.set_blocking(sig_r, False)
+        os.set_blocking(sig_w, False)
+        self._sig_r = sig_r
+        signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        self._open_fifo()
+
+    def _open_fifo(self) -> None:
+        fifo = os.path.join(self.root, "wake")
+        self._fifo_fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self._fifo_keep = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # never see EOF
+
+    def _close_fifo(self) -> None:
+        os.close(self._fifo_fd)
+        os.close(self._fifo_keep)
+        self._fifo_fd = self._fifo_keep = -1
+
+    def _on_sigterm(self, *_: Any) -> None:
+        self._terminated = True
+
+    # -- records ------------------------------------------------------------
+    def _state_path(self, job_id: str) -> str:
+        return os.path.join(job_dir(self.root, job_id), "state.json")
+
+    def _save(self, state: dict[str, Any]) -> None:
+        write_json(self._state_path(state["job_id"]), state)
+
+    def _marker(self, job_id: str, name: str) -> str:
+        return os.path.join(job_dir(self.root, job_id), name)
+
+    def _drop(self, job_id: str, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._marker(job_id, name))
+
+    def _end(self, state: dict[str, Any], final: str, reason: str | None, exit_code: int | None) -> None:
+        state.update(state=final, reason=reason, exit_code=exit_code, finished=time.time(), pid=None)
+        self._save(state)
+        self._drop(state["job_id"], "cancel")
+        self._drop(state["job_id"], "preempt")
+
+    # -- discovery ------------------------------------------------------------
+    def recover(self) -> None:
+        """Full scan at start: queue PENDING jobs, restart the orphans of a dead supervisor."""
+        names = sorted(os.listdir(jobs_dir(self.root)))
+        pending: list[tuple[float, str]] = []
+        for job_id in names:
+            self.known.add(job_id)
+            state = read_json(self._state_path(job_id))
+            if state is None:
+                continue
+            if state["state"] == RUNNING:
+                self._orphan(state)
+            if state["state"] == PENDING:
+                pending.append((state.get("created") or 0.0, job_id))
+        self.queue.extend(job_id for _, job_id in sorted(pending))
+        self._clean_tmp()
+        self.read_inbox()
+
+    def _orphan(self, state: dict[str, Any]) -> None:
+        pid = state.get("pid")
+        if pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        job_id = state["job_id"]
+        if os.path.exists(self._marker(job_id, "cancel")):
+            self._end(state, CANCELLED, "cancelled", None)
+            return
+        state.update(
+            state=PENDING,
+            pid=None,
+            preemptions=state.get("preemptions", 0) + 1,
+            reason=f"attempt {state.get('attempts', 0)} lost with its supervisor; restarting",
+        )
+        self._save(state)
+
+    def _clean_tmp(self) -> None:
+        tmp = os.path.join(self.root, "tmp")
+        cutoff = time.time() - 3600
+        for name in os.listdir(tmp):
+            path = os.path.join(tmp, name)
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_mtime < cutoff:
+                    for inner in os.listdir(path):
+                        os.unlink(os.path.join(path, inner))
+                    os.rmdir(path)
+
+    def read_inbox(self) -> None:
+        inbox = os.path.join(self.root, "inbox")
+        for job_id in os.listdir(inbox):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(inbox, job_id))
+            self.look(job_id)
+
+    def scan_new(self) -> None:
+        """Find records whose submitter died before writing their inbox entry."""
+        for job_id in os.listdir(jobs_dir(self.root)):
+            if job_id not in self.known:
+                self.look(job_id)
+
+    def look(self, job_id: str) -> None:
+        try:
+            self._look(job_id)
+        except Exception as exc:  # one bad record must not stop the others
+            print(f"portable supervisor: job {job_id}: {exc!r}", file=sys.stderr, flush=True)
+
+    def _look(self, job_id: str) -> None:
+        """Act on a job's record and requests."""
+        if "/" in job_id or job_id.startswith("."):
+            return
+        state = read_json(self._state_path(job_id))
+        if state is None:
+            return
+        self.known.add(job_id)
+        cancel = os.path.exists(self._marker(job_id, "cancel"))
+        run = self.running.get(job_id)
+        if run is not None:
+            if cancel and run.intent not in ("cancel", "stop"):
+                self._terminate(run, "cancel", self.grace)
+            preempt = read_json(self._marker(job_id, "preempt")) if run.intent is None else None
+            if preempt is not None:
+                grace = preempt.get("grace")
+                self._terminate(run, "preempt", self.grace if grace is None else float(grace))
+            return
+        self._drop(job_id, "preempt")  # only a running job can be preempted
+        if state["state"] == RUNNING:
+            self._orphan(state)
+        if state["state"] == PENDING:
+            if cancel:
+                with contextlib.suppress(ValueError):
+                    self.queue.remove(job_id)
+                self._end(state, CANCELLED, "cancelled before it started", None)
+            elif job_id not in self.queue:
+                self.queue.append(job_id)
+        elif cancel:
+            self._drop(job_id, "cancel")
+
+    # -- running jobs ---------------------------------------------------------
+    def start_next(self) -> None:
+        while self.queue and len(self.running) < self.workers and not self.stopping:
+            job_id = self.queue.popleft()
+            try:
+                self._start(job_id)
+            except Exception as exc:
+                print(f"portable supervisor: job {job_id}: {exc!r}", file=sys.stderr, flush=True)
+                state = read_json(self._state_path(job_id))
+                if state is not None and state["state"] == PENDING:
+                    self._end(state, FAILED, f"the supervisor could not start it: {exc!r}", None)
+
+    def _start(self, job_id: str) -> None:
+        folder = job_dir(self.root, job_id)
+        state = read_json(self._state_path(job_id))
+        record = read_json(os.path.join(folder, "spec.json"))
+        if state is None or record is None or state["state"] != PENDING:
+            return
+        if os.path.exists(self._marker(job_id, "cancel")):
+            self._end(state, CANCELLED, "cancelled before it started", None)
+            return
+        spec = record["spec"]
+        attempt = state.get("attempts", 0) + 1
+        env = dict(os.environ)
+        env.update(spec.get("env") or {})
+        env["PORTABLE_JOB_ID"] = job_id
+        env["PORTABLE_JOB_NAME"] = spec["name"]
+        env["PORTABLE_JOB_ATTEMPT"] = str(attempt)
+        if spec.get("checkpoint_url"):
+            env["PORTABLE_CHECKPOINT_URL"] = spec["checkpoint_url"]
+        cwd = record["cwd"]
+        if spec.get("workdir"):
+            cwd = os.path.join(cwd, spec["workdir"])
+        log = os.open(os.path.join(folder, f"attempt-{attempt}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            proc = subprocess.Popen(
+                spec["command"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            os.write(log, f"portable: cannot start {spec['command'][0]!r}: {exc}\n".encode())
+            state["attempts"] = attempt
+            state["started"] = state.get("started") or time.time()
+            self._end(state, FAILED, f"cannot start {spec['command'][0]!r}: {exc.strerror or exc}", None)
+            return
+        finally:
+            os.close(log)
+        now = time.time()
+        state.update(
+            state=RUNNING, attempts=attempt, pid=proc.pid, reason=None, started=state.get("started") or now
+        )
+        self._save(state)
+        timeout = spec.get("timeout")
+        deadline = time.monotonic() + timeout if timeout else None
+        self.running[job_id] = _Running(job_id, proc, state, spec, deadline)
+
+    def _terminate(self, run: _Running, intent: str, grace: float) -> None:
+        run.intent = intent
+        sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(run.proc.pid, sig)
+        run.kill_at = time.monotonic() + grace
+
+    def reap(self) -> None:
+        for job_id, run in list(self.running.items()):
+            code = run.proc.poll()
+            if code is None:
+                continue
+            del self.running[job_id]
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(run.proc.pid, signal.SIGKILL)  # what the attempt left behind
+            self._finish(run, code)
+
+    def _finish(self, run: _Running, code: int) -> None:
+        state, spec = run.state, run.spec
+        attempt = state["attempts"]
+        if run.intent in ("preempt", "requeue"):
+            state.update(
+                state=PENDING,
+                pid=None,
+                exit_code=code,
+                preemptions=state.get("preemptions", 0) + 1,
+                reason=f"attempt {attempt} was preempted; restarting",
+            )
+            self._save(state)
+            self._drop(run.job_id, "preempt")
+            if run.intent == "preempt":
+                self.queue.appendleft(run.job_id)
+            return
+        if run.intent == "cancel":
+            self._end(state, CANCELLED, "cancelled", code)
+        elif run.intent == "stop":
+            self._end(state, CANCELLED, "cancelled: the supervisor was stopped", code)
+        elif run.intent == "timeout":
+            self._end(state, FAILED, f"timed out after {spec['timeout']:g}s (attempt {attempt})", code)
+        elif code == 0:
+            self._end(state, SUCCEEDED, None, 0)
+        else:
+            why = f"exit code {code}" if code > 0 else f"killed by {signal_name(code)}"
+            failures = state.get("failures", 0) + 1
+            state["failures"] = failures
+            if failures <= spec.get("retries", 0):
+                state.update(
+                    state=PENDING,
+                    pid=None,
+                    exit_code=code,
+                    reason=f"attempt {attempt} failed ({why}); retry {failures} of {spec['retries']}",
+                )
+                self._save(state)
+                self.queue.append(run.job_id)
+            else:
+                self._end(state, FAILED, why, code)
+
+    def enforce_deadlines(self) -> None:
+        now = time.monotonic()
+        for run in self.running.values():
+            if run.intent is None and run.deadline is not None and now >= run.deadline:
+                self._terminate(run, "timeout", self.grace)
+            elif run.kill_at is not None and now >= run.kill_at:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(run.proc.pid, signal.SIGKILL)
+                run.kill_at = None
+
+    def next_wakeup(self) -> float:
+        now = time.monotonic()
+        times = [now + _SCAN_EVERY]
+        for run in self.running.values():
+            if run.intent is None and run.deadline is not None:
+                times.append(run.deadline)
+            if run.kill_at is not None:
+                times.append(run.kill_at)
+        return max(0.0, min(times) - now)
+
+    # -- stop requests -------------------------------------------------------
+    def check_stop(self) -> None:
+        path = os.path.join(self.root, "stop")
+        request = read_json(path)
+        if request is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        if float(request.get("at", 0)) < self.locked_at:
+            return  # meant for a supervisor that is gone
+        self._stop("stop", min(self.grace, float(request.get("grace", self.grace))))
+
+    def _stop(self, intent: str, grace: float) -> None:
+        self.stopping = intent
+        for run in self.running.values():
+            if run.intent not in ("cancel", "stop", "requeue"):
+                self._terminate(run, intent, grace)
+        if intent == "stop":
+            while self.queue:
+                job_id = self.queue.popleft()
+                state = read_json(self._state_path(job_id))
+                if state is not None and state["state"] == PENDING:
+                    self._end(state, CANCELLED, "cancelled: the supervisor was stopped", None)
+
+    # -- the loop -------------------------------------------------------------
+    def _drain(self, fd: int) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while os.read(fd, 65536):
+                pass
+
+    def serve(self) -> None:
+        idle_since = time.monotonic()
+        last_scan = time.monotonic()
+        while True:
+            if self._terminated and self.stopping is None:
+                self._stop("requeue", min(self.grace, 5.0))
+            self.check_stop()
+            if self.stopping is None:
+                self.read_inbox()
+            self.reap()
+            self.enforce_deadlines()
+            self.start_next()
+            now = time.monotonic()
+            if self.stopping is None and now - last_scan >= _SCAN_EVERY:
+                self.scan_new()
+                last_scan = now
+            if self.stopping is not None and not self.running:
+                return
+            if self.running or self.queue:
+                idle_since = now
+            elif now - idle_since >= self.idle and self._may_exit():
+                return
+            wait = min(self.next_wakeup(), max(0.0, self.idle - (now - idle_since)) + 0.01)
+            try:
+                ready, _, _ = select.select([self._sig_r, self._fifo_fd], [], [], wait)
+            except InterruptedError:
+                continue
+            for fd in ready:
+                self._drain(fd)
+
+    def _may_exit(self) -> bool:
+        """Stop taking pokes, then look at the inbox a last time."""
+        self._close_fifo()
+        inbox = os.path.join(self.root, "inbox")
+        if os.listdir(inbox) or os.path.exists(os.path.join(self.root, "stop")):
+            self._open_fifo()
+            return False
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="supervise the local:// jobs of one state folder")
+    parser.add_argument("root")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--grace", type=float, default=10.0)
+    parser.add_argument("--idle", type=float, default=30.0)
+    parser.add_argument("--fork", action="store_true", help="detach: fork, and let the parent exit at once")
+    args = parser.parse_args(argv)
+    if args.fork and os.fork() > 0:
+        os._exit(0)
+    sup = Supervisor(args.root, args.workers, args.grace, args.idle)
+    lock = sup.acquire()
+    if lock is None:
+        return 0
+    try:
+        sup.setup()
+        sup.recover()
+        sup.serve()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(sup.root, "supervisor.pid"))
+        os.close(lock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
