@@ -33,24 +33,33 @@ import base64
 import hashlib
 import json
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import AlreadyExists, Internal, MissingCapability, NotFound, PreconditionFailed
-from .idempotency import (
+from ._idempotency_core import (
     DEFAULT_MAX_RESULT_BYTES,
     Claim,
-    _check_claim_args,
-    _check_result,
-    _conflict,
-    _lost,
+    check_claim_args,
+    check_result,
+    conflict_error,
+    fingerprint,
+    lost_error,
     new_token,
+)
+from .errors import (
+    AlreadyExists,
+    IdempotencyConflict,
+    Internal,
+    InvalidArgument,
+    MissingCapability,
+    NotFound,
+    PreconditionFailed,
 )
 
 if TYPE_CHECKING:
     from .storage import Bucket
 
-__all__ = ["BucketStore"]
+__all__ = ["KEY_METADATA", "PAYLOAD_METADATA", "BucketStore", "idempotent_put"]
 
 _IN_PROGRESS = "in_progress"
 _COMPLETED = "completed"
@@ -149,7 +158,7 @@ class BucketStore:
 
     # -- the protocol ---------------------------------------------------
     def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
-        _check_claim_args(key, fingerprint, lease, ttl)
+        check_claim_args(key, fingerprint, lease, ttl)
         name = self.object_key(key)
         token = new_token()
         if self._write(name, self._new(key, fingerprint, token, lease, ttl), etag=None):
@@ -167,7 +176,7 @@ class BucketStore:
             live = record["expires_at"] > now and record["state"] != _RELEASED
             if live:
                 if record["fp"] != fingerprint:
-                    raise _conflict(key)
+                    raise conflict_error(key)
                 if record["state"] == _COMPLETED:
                     result = record["result"]
                     return Claim("completed", None, None if result is None else base64.b64decode(result))
@@ -178,7 +187,7 @@ class BucketStore:
         raise _contended(key)
 
     def complete(self, key: str, token: str, result: bytes | None) -> None:
-        _check_result(result, self.max_result_bytes)
+        check_result(result, self.max_result_bytes)
         encoded = None if result is None else base64.b64encode(result).decode("ascii")
         self._change(key, token, lambda r: {**r, "state": _COMPLETED, "result": encoded,
                                              "expires_at": max(r["expires_at"], self._clock() + r["ttl"])},
@@ -202,12 +211,12 @@ class BucketStore:
         for _ in range(_MAX_ROUNDS):
             found = self._read(name)
             if found is None or found[0]["token"] != token:
-                raise _lost(key)
+                raise lost_error(key)
             record, etag = found
             if done_state is not None and record["state"] == done_state:
                 return  # this change landed already (a retried call, or a write that reported a failure)
             if record["state"] != _IN_PROGRESS or record["expires_at"] <= self._clock():
-                raise _lost(key)
+                raise lost_error(key)
             if self._write(name, update(record), etag=etag):
                 return
         raise _contended(key)
@@ -218,3 +227,57 @@ def _contended(key: str) -> Internal:
         f"idempotency key {key[:200]!r}: gave up after {_MAX_ROUNDS} compare-and-swap rounds "
         "lost to other writers"
     )
+
+
+# ---------------------------------------------------------------- Bucket.put(..., idempotency_key=)
+#: user metadata that tags an object with the idempotency key and payload of the put that wrote it
+KEY_METADATA = "portable-idempotency-key"
+PAYLOAD_METADATA = "portable-payload"
+
+
+def idempotent_put(
+    bucket: Bucket,
+    key: str,
+    data: bytes | bytearray | memoryview,
+    *,
+    content_type: str | None,
+    metadata: Mapping[str, str] | None,
+    if_none_match: Literal["*"] | None,
+    if_match: str | None,
+    idempotency_key: str,
+) -> str | None:
+    """``Bucket.put(..., idempotency_key=k)``: a put whose repeat is recognised, with no other store.
+
+    The object is tagged with two metadata entries, a hash of ``k`` and the
+    payload's fingerprint. When a conditional put fails because the object is
+    already there (``AlreadyExists``) or has changed (``PreconditionFailed``),
+    the object is read back: if it carries the same key and payload, it is
+    this put's own earlier write (one that succeeded but reported a failure,
+    then was retried) and its etag is returned; the same key with another
+    payload raises IdempotencyConflict; anything else raises the original error.
+    """
+    if type(idempotency_key) is not str or not idempotency_key or len(idempotency_key) > 1024:
+        raise InvalidArgument(f"idempotency_key must be a non-empty str of at most 1,024 characters, got {idempotency_key!r}")
+    if type(data) is not bytes:
+        data = bytes(data) if isinstance(data, bytearray | memoryview) else data
+    marker = hashlib.blake2b(idempotency_key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    fp = fingerprint(data) if isinstance(data, bytes) else ""
+    tagged = {**(metadata or {}), KEY_METADATA: marker, PAYLOAD_METADATA: fp}
+    try:
+        return bucket.put(
+            key, data, content_type=content_type, metadata=tagged, if_none_match=if_none_match, if_match=if_match
+        )
+    except (AlreadyExists, PreconditionFailed) as exc:
+        try:
+            found = bucket.head(key).metadata or {}
+        except NotFound:
+            raise exc from None
+        if found.get(KEY_METADATA) != marker:
+            raise
+        if found.get(PAYLOAD_METADATA) != fp:
+            raise IdempotencyConflict(
+                f"put {key}: idempotency key {idempotency_key[:200]!r} already wrote this object "
+                "with a different payload; use a new key for a new write",
+                provider=bucket.provider,
+            ) from exc
+        return bucket.head(key).etag

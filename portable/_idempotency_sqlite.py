@@ -23,16 +23,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import InvalidURL
-from .idempotency import (
+from ._idempotency_core import (
     DEFAULT_MAX_RESULT_BYTES,
     Claim,
-    _check_claim_args,
-    _check_result,
-    _conflict,
-    _lost,
+    check_claim_args,
+    check_result,
+    conflict_error,
+    lost_error,
     new_token,
 )
+from .errors import InvalidURL
 from .urls import ParsedURL
 
 __all__ = ["SqliteStore"]
@@ -106,7 +106,7 @@ class SqliteStore:
             self._local.conn = None
 
     def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
-        _check_claim_args(key, fingerprint, lease, ttl)
+        check_claim_args(key, fingerprint, lease, ttl)
         conn = self._conn()
         now = self._clock()
         token = new_token()
@@ -136,7 +136,7 @@ class SqliteStore:
         ).fetchone()
         if row is not None and row[3] > now:
             if row[0] != fingerprint:
-                raise _conflict(key)
+                raise conflict_error(key)
             if row[1]:
                 return Claim("completed", None, row[4])
             if row[2] > now:
@@ -148,7 +148,7 @@ class SqliteStore:
         return Claim("acquired", token)
 
     def complete(self, key: str, token: str, result: bytes | None) -> None:
-        _check_result(result, self.max_result_bytes)
+        check_result(result, self.max_result_bytes)
         now = self._clock()
         changed = self._conn().execute(
             "UPDATE portable_idempotency SET completed = 1, result = ?, expires_at = MAX(expires_at, ? + ttl) "
@@ -156,7 +156,7 @@ class SqliteStore:
             (result, now, key, token, now),
         ).rowcount
         if changed != 1 and not self._completed_by(key, token):
-            raise _lost(key)
+            raise lost_error(key)
 
     def _completed_by(self, key: str, token: str) -> bool:
         row = self._conn().execute(
@@ -170,7 +170,7 @@ class SqliteStore:
             (key, token, self._clock()),
         ).rowcount
         if changed != 1:
-            raise _lost(key)
+            raise lost_error(key)
 
     def extend(self, key: str, token: str, lease: float) -> None:
         """Push the lease of a held claim ``lease`` seconds from now (long effects)."""
@@ -181,7 +181,7 @@ class SqliteStore:
             (now + lease, key, token, now),
         ).rowcount
         if changed != 1:
-            raise _lost(key)
+            raise lost_error(key)
 
     def purge_expired(self) -> int:
         """Delete expired records; return how many."""

@@ -335,6 +335,7 @@ class Bucket:
         metadata: Mapping[str, str] | None = None,
         if_none_match: Literal["*"] | None = None,
         if_match: str | None = None,
+        idempotency_key: str | None = None,
     ) -> str | None:
         """Store ``data`` under ``key`` atomically; return the new etag.
 
@@ -346,13 +347,28 @@ class Bucket:
                 are lower-cased (S3 and Azure do); values printable ASCII.
             if_none_match: ``"*"``: create only; fail if the key exists.
             if_match: write only if the current etag equals this one.
+            idempotency_key: makes a conditional put safe to repeat: the object
+                is tagged (metadata ``portable-idempotency-key`` and
+                ``portable-payload``), and a repeat that meets this put's own
+                earlier write (one that succeeded but reported a failure)
+                returns its etag instead of AlreadyExists/PreconditionFailed.
+                See :func:`portable._idempotency_bucket.idempotent_put`.
 
         Raises:
             AlreadyExists: ``if_none_match="*"`` and the key exists.
             PreconditionFailed: ``if_match`` is stale (or the key is missing; on
                 some providers that is NotFound instead).
+            IdempotencyConflict: ``idempotency_key`` wrote this object before
+                with a different payload.
             InvalidKey / InvalidArgument / TooLarge: before any request.
         """
+        if idempotency_key is not None:
+            from ._idempotency_bucket import idempotent_put
+
+            return idempotent_put(
+                self, key, data, content_type=content_type, metadata=metadata,
+                if_none_match=if_none_match, if_match=if_match, idempotency_key=idempotency_key,
+            )
         if not _plain_key(key):
             check_key(key, self._max_key)
         if type(data) is not bytes:
