@@ -1,0 +1,714 @@
+"""``az://`` and ``abfs://`` — Azure Blob Storage and ADLS Gen2, on adlfs.
+
+URLs:
+    ``az://CONTAINER/PREFIX?account=ACCOUNT`` or, in the ADLS Gen2 form that
+    Spark and adlfs use, ``abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX``.
+    Every key lives under ``PREFIX/`` (no prefix: the whole container). The
+    container must exist; portable never creates it. ``abfs://`` is the same
+    driver: an ADLS Gen2 (hierarchical namespace) account is reached through
+    its Blob endpoint, which multi-protocol access serves.
+
+Options:
+    ``account`` (str): the storage account. Defaults to the ``@ACCOUNT.`` host,
+        the connection string's AccountName, the endpoint's account, or
+        ``AZURE_STORAGE_ACCOUNT_NAME``.
+    ``blob_endpoint`` (alias ``endpoint_url``) (str): the Blob service URL, for
+        Azurite ``http://127.0.0.1:10000/devstoreaccount1`` (path-style).
+        Defaults to ``https://ACCOUNT.blob.core.windows.net``, or the
+        connection string's BlobEndpoint.
+    ``auth`` (str): ``auto`` (default), ``connection_string``, ``key``, ``sas``,
+        ``identity`` (azure-identity ``DefaultAzureCredential``) or ``anonymous``.
+    ``connection_string_env`` / ``account_key_env`` / ``sas_token_env`` (str):
+        the *name* of the environment variable that holds the secret. Defaults
+        to ``AZURE_STORAGE_CONNECTION_STRING`` / ``AZURE_STORAGE_ACCOUNT_KEY`` /
+        ``AZURE_STORAGE_SAS_TOKEN``. See :mod:`portable_azure._common` for the
+        order in which ``auth=auto`` looks.
+    ``max_concurrency`` (int): parallel requests of one large get/put and of
+        the batch methods. Defaults to 8.
+    ``timeout`` (float): seconds to wait for a response (per request).
+        Defaults to 60. Inside :func:`portable.resilience.deadline` the
+        remaining time is used when shorter.
+    ``connection_timeout`` (float): seconds to connect. Defaults to 10.
+
+    A secret is never accepted in the URL: ``account_key=``, ``connection_string=``,
+    ``sas_token=``, ``sig=`` and a password in the netloc raise InvalidURL
+    saying which ``*_env`` option to use instead.
+
+Keys and names:
+    A blob name is ``PREFIX/`` + key and may be at most 1,024 characters, so
+    ``capabilities.max_key_bytes`` is 1,024 minus the prefix and its slash; a
+    longer key raises InvalidKey before any request. Container names are 3-63
+    lower-case letters, digits and single hyphens (InvalidURL otherwise).
+    Metadata names must be C# identifiers on Azure; portable names that are
+    not (``content-hash``, ``1st``) or that start with ``pt_`` are stored
+    escaped (``pt_content_hhash``) and read back as written. Azure trims
+    leading and trailing spaces of metadata values.
+
+Retries:
+    The azure-storage client is built with ``retry_total=0`` and
+    ``retry_to_secondary=False``: its ``ExponentialRetry`` policy makes one
+    attempt and raises, so the portable layer's Guard owns every retry.
+    adlfs's filesystem (``as_``) shares that client.
+
+As:
+    ``adlfs.AzureBlobFileSystem`` (sharing this driver's client and fsspec's
+    event loop), ``azure.storage.blob.aio.ContainerClient`` and
+    ``azure.storage.blob.aio.BlobServiceClient``. They are async clients on
+    fsspec's loop: use them from coroutines run with ``fsspec.asyn.sync``.
+
+Capabilities:
+    Create-only writes (``If-None-Match: *``), etag compare-and-swap
+    (``If-Match``), both also on streamed writes: ``open(key, "wb")`` stages
+    blocks and passes the conditions to Put Block List, so a large conditional
+    write is refused at commit with nothing visible. Streams smaller than one
+    part are sent as a single Put Blob. Signed URLs (service SAS) when a
+    shared key is known (connection string with AccountKey, or ``auth=key``);
+    a PUT through one must send ``x-ms-blob-type: BlockBlob``
+    (``driver.signed_put_headers``). Server-side copy (Copy Blob; a pending
+    copy is polled until it ends). Parts of at least 64 KiB, at most 50,000
+    per stream.
+
+Known differences:
+    * A streamed write that another writer overtakes (its commit discards our
+      uncommitted blocks) fails at commit with PreconditionFailed; Azure
+      garbage-collects uncommitted blocks of an aborted stream after 7 days
+      (they are never visible).
+    * ``list(start_after=)`` is applied here: the listing reads and skips the
+      keys up to ``start_after`` (Azure has no start-after for flat namespaces).
+    * Azurite lists in UTF-16 code unit order, which differs from UTF-8 byte
+      order only for characters above U+FFFF against U+E000-U+FFFF.
+    * With ``auth=identity`` or ``sas`` there is no shared key, so
+      ``signed_url`` raises Unsupported (user-delegation SAS needs Entra ID,
+      which no emulator provides).
+    * On an HNS (ADLS Gen2) account, folders are real: the object ``a`` and
+      the object ``a/b`` cannot both exist, and listings show folder entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import io
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import IO, Any, Literal, TypeVar
+
+import fsspec.asyn  # type: ignore[import-untyped]
+
+from portable.driver.storage import (
+    ListPage,
+    ObjectInfo,
+    StorageCapabilities,
+    StorageDriver,
+    WriteOptions,
+    WriteStream,
+)
+from portable.errors import (
+    AlreadyExists,
+    ConfigError,
+    ErrorCode,
+    InvalidURL,
+    PreconditionFailed,
+    TooLarge,
+)
+from portable.resilience import remaining
+from portable.urls import ParsedURL
+
+from ._common import (
+    AzureAuth,
+    AzureClassifier,
+    check_account_name,
+    check_container_or_queue_name,
+    error_code,
+    reject_inline_secrets,
+    resolve_auth,
+)
+
+__all__ = ["BlobStorage", "decode_metadata_name", "encode_metadata_name"]
+
+T = TypeVar("T")
+
+MAX_BLOB_NAME = 1024
+MAX_BLOCKS = 50_000
+_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(?:dfs|blob)\.(?P<suffix>.+)$")
+_CS_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ESCAPE = "pt_"
+
+
+# ------------------------------------------------------------------ metadata names
+def encode_metadata_name(name: str) -> str:
+    """Store a portable metadata name as a C# identifier, reversibly."""
+    if _CS_IDENTIFIER.match(name) and not name.startswith(_ESCAPE):
+        return name
+    return _ESCAPE + name.replace("_", "__").replace("-", "_h")
+
+
+def decode_metadata_name(name: str) -> str:
+    """Invert :func:`encode_metadata_name` (other names come back unchanged)."""
+    if not name.startswith(_ESCAPE):
+        return name
+    body, out, i = name[len(_ESCAPE) :], [], 0
+    while i < len(body):
+        pair = body[i : i + 2]
+        if pair == "__":
+            out.append("_")
+            i += 2
+        elif pair == "_h":
+            out.append("-")
+            i += 2
+        else:
+            out.append(body[i])
+            i += 1
+    return "".join(out)
+
+
+def _decode_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    return {decode_metadata_name(k.lower()): v for k, v in (metadata or {}).items()}
+
+
+def _etag_of(response: Mapping[str, Any]) -> str | None:
+    etag = response.get("etag")
+    return etag if isinstance(etag, str) else None
+
+
+def _quoted(etag: str | None) -> str | None:
+    """Listings report etags bare; every other response quotes them."""
+    if etag is None or etag.startswith('"'):
+        return etag
+    return f'"{etag}"'
+
+
+class BlobChangedWhileReading(Exception):
+    """The blob was overwritten between the chunks of one read; reading again succeeds."""
+
+
+class BlobStorage(AzureClassifier, StorageDriver):
+    """A container (or a prefix in one) of an Azure storage account."""
+
+    scheme = "az"
+    #: headers a client must send with a PUT through a signed URL
+    signed_put_headers: Mapping[str, str] = {"x-ms-blob-type": "BlockBlob"}
+
+    def __init__(
+        self,
+        container: str,
+        prefix: str = "",
+        *,
+        auth: AzureAuth,
+        scheme: str = "az",
+        max_concurrency: int = 8,
+        timeout: float = 60.0,
+        connection_timeout: float = 10.0,
+    ) -> None:
+        """Open ``container`` (under ``prefix``) with the credentials of ``auth``.
+
+        No request is sent until the first operation.
+
+        Raises:
+            InvalidURL: a bad container name or prefix.
+        """
+        from adlfs import AzureBlobFileSystem  # type: ignore[import-untyped]
+        from azure.storage.blob.aio import BlobServiceClient
+
+        check_container_or_queue_name(container, "container")
+        prefix = prefix.strip("/")
+        if prefix and any(seg in ("", ".", "..") for seg in prefix.split("/")):
+            raise InvalidURL(f"prefix {prefix!r} must not hold empty, '.' or '..' segments")
+        self.scheme = scheme
+        self.container = container
+        self.prefix = prefix
+        self._prefix = f"{prefix}/" if prefix else ""
+        room = MAX_BLOB_NAME - len(self._prefix.encode("utf-8"))
+        if room < 1:
+            raise InvalidURL(f"prefix is {len(self._prefix)} bytes; Azure blob names are at most {MAX_BLOB_NAME}")
+        self.auth = auth
+        self.endpoint = f"{auth.endpoint}/{container}"
+        self.batch_concurrency = max(1, max_concurrency)
+        self._max_concurrency = max(1, max_concurrency)
+        self._timeout = timeout
+        self._connection_timeout = connection_timeout
+        self.capabilities = StorageCapabilities(
+            conditional_create=True,
+            conditional_update=True,
+            conditional_streaming_write=True,
+            signed_urls=auth.can_sign,
+            server_side_copy=True,
+            multipart=True,
+            max_key_bytes=room,
+            max_object_bytes=None,
+            max_metadata_bytes=2048,
+            min_part_bytes=64 * 1024,
+        )
+        self._loop = fsspec.asyn.get_loop()
+        self._credential = auth.sdk_credential(asynchronous=True)
+        self._service = BlobServiceClient(
+            auth.endpoint,
+            credential=self._credential,
+            retry_total=0,
+            retry_to_secondary=False,
+            connection_timeout=connection_timeout,
+            read_timeout=timeout,
+            user_agent="portable-azure",
+        )
+        self._container = self._service.get_container_client(container)
+        try:
+            fs = AzureBlobFileSystem(
+                account_name=auth.account,
+                anon=True,
+                skip_instance_cache=True,
+                loop=self._loop,
+                max_concurrency=self._max_concurrency,
+            )
+        except ValueError as exc:  # adlfs read a malformed AZURE_STORAGE_* variable
+            raise ConfigError(f"adlfs refused the Azure environment: {type(exc).__name__}") from None
+        fs.service_client = self._service  # one client, with the SDK's retries turned off
+        self._fs = fs
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> BlobStorage:
+        """Open ``az://container/prefix?...`` or ``abfs://container@account.dfs.core.windows.net/prefix``."""
+        reject_inline_secrets(url)
+        container, _, host = url.netloc.partition("@")
+        host_account = None
+        endpoint = None
+        if host:
+            match = _HOST.match(host.lower())
+            if match is None:
+                raise InvalidURL(
+                    f"{url}: write the ADLS form as {url.scheme}://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX"
+                )
+            host_account = match["account"]
+            endpoint = f"https://{host_account}.blob.{match['suffix']}"
+        if not container:
+            raise InvalidURL(f"{url} names no container: write {url.scheme}://CONTAINER/PREFIX?account=ACCOUNT")
+        account = url.take_str("account")
+        if account is not None:
+            check_account_name(account)
+            if host_account is not None and account != host_account:
+                raise InvalidURL(f"{url}: account={account} contradicts the host's account {host_account}")
+        blob_endpoint = url.take_str("blob_endpoint")
+        endpoint_url = url.take_str("endpoint_url")
+        if blob_endpoint and endpoint_url:
+            raise InvalidURL(f"{url}: give blob_endpoint or endpoint_url, not both")
+        max_concurrency = url.take("max_concurrency", int, 8)
+        timeout = url.take("timeout", float, 60.0)
+        connection_timeout = url.take("connection_timeout", float, 10.0)
+        if max_concurrency < 1 or timeout <= 0 or connection_timeout <= 0:
+            raise InvalidURL(f"{url}: max_concurrency, timeout and connection_timeout must be positive")
+        auth = resolve_auth(url, "blob", account=account or host_account, endpoint=blob_endpoint or endpoint_url or endpoint)
+        url.done()
+        return cls(
+            container,
+            url.path,
+            auth=auth,
+            scheme=url.scheme,
+            max_concurrency=max_concurrency,
+            timeout=timeout,
+            connection_timeout=connection_timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"BlobStorage({self.scheme}://{self.container}/{self.prefix}, {self.auth!r})"
+
+    # -- plumbing ------------------------------------------------------------
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run coroutine function ``fn(*args)`` on fsspec's IO loop and wait for it."""
+        return fsspec.asyn.sync(self._loop, fn, *args)  # type: ignore[no-any-return]
+
+    def _name(self, key: str) -> str:
+        return self._prefix + key
+
+    def _kw(self) -> dict[str, Any]:
+        """Per-request client timeouts, shortened to the deadline in force."""
+        left = remaining()
+        if left is None:
+            return {}
+        left = max(0.001, left)
+        return {"read_timeout": min(self._timeout, left), "connection_timeout": min(self._connection_timeout, left)}
+
+    def code_of(self, exc: BaseException) -> ErrorCode:
+        if isinstance(exc, BlobChangedWhileReading):
+            return ErrorCode.UNAVAILABLE
+        return super().code_of(exc)
+
+    @staticmethod
+    def _write_kwargs(options: WriteOptions) -> dict[str, Any]:
+        from azure.core import MatchConditions
+        from azure.storage.blob import ContentSettings
+
+        kw: dict[str, Any] = {}
+        if options.content_type is not None:
+            kw["content_settings"] = ContentSettings(content_type=options.content_type)
+        if options.metadata:
+            kw["metadata"] = {encode_metadata_name(k): v for k, v in options.metadata.items()}
+        if options.if_match is not None:
+            kw["etag"] = options.if_match
+            kw["match_condition"] = MatchConditions.IfNotModified
+        elif options.if_none_match:
+            # Not etag="*": the SDK rejects that pair; IfMissing alone sends If-None-Match: *.
+            kw["match_condition"] = MatchConditions.IfMissing
+        return kw
+
+    # -- whole objects -----------------------------------------------------
+    def get(self, key: str) -> bytes:
+        return self._run(self._get, self._name(key))
+
+    async def _get(self, name: str) -> bytes:
+        from azure.core.exceptions import ResourceModifiedError
+
+        try:
+            stream = await self._container.download_blob(name, max_concurrency=self._max_concurrency, **self._kw())
+            data: bytes = await stream.readall()
+            return data
+        except ResourceModifiedError as exc:
+            raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
+
+    def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        return self._run(self._get_range, self._name(key), start, end)
+
+    async def _get_range(self, name: str, start: int, end: int | None, etag: str | None = None) -> bytes:
+        from azure.core import MatchConditions
+        from azure.core.exceptions import HttpResponseError
+
+        kw = self._kw()
+        if etag is not None:
+            kw.update(etag=etag, match_condition=MatchConditions.IfNotModified)
+        try:
+            stream = await self._container.download_blob(
+                name, offset=start, length=None if end is None else end - start, max_concurrency=self._max_concurrency, **kw
+            )
+            data: bytes = await stream.readall()
+            return data
+        except HttpResponseError as exc:
+            if exc.status_code == 416:  # start at or past the end: a slice is empty
+                return b""
+            raise
+
+    def head(self, key: str) -> ObjectInfo:
+        return self._run(self._head, key)
+
+    async def _head(self, key: str) -> ObjectInfo:
+        props = await self._container.get_blob_client(self._name(key)).get_blob_properties(**self._kw())
+        return ObjectInfo(
+            key=key,
+            size=props.size,
+            etag=props.etag,
+            modified=props.last_modified,
+            content_type=props.content_settings.content_type,
+            metadata=_decode_metadata(props.metadata),
+        )
+
+    def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        return self._run(self._put, self._name(key), data, options)
+
+    async def _put(self, name: str, data: bytes, options: WriteOptions) -> str | None:
+        # overwrite=False makes the SDK send If-None-Match: * (and turn a 412 into 409).
+        result = await self._container.get_blob_client(name).upload_blob(
+            data,
+            overwrite=not options.if_none_match,
+            length=len(data),
+            max_concurrency=self._max_concurrency,
+            **self._write_kwargs(options),
+            **self._kw(),
+        )
+        return _etag_of(result)
+
+    def delete(self, key: str) -> None:
+        self._run(self._delete, self._name(key))
+
+    async def _delete(self, name: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            await self._container.delete_blob(name, delete_snapshots="include", **self._kw())
+        except ResourceNotFoundError as exc:
+            if error_code(exc) == "ContainerNotFound":
+                raise
+
+    def copy(self, src: str, dst: str) -> str | None:
+        return self._run(self._copy, self._name(src), self._name(dst))
+
+    async def _copy(self, src: str, dst: str) -> str | None:
+        source = self._container.get_blob_client(src).url
+        if self.auth.sas_token:
+            source = f"{source}?{self.auth.sas_token}"
+        target = self._container.get_blob_client(dst)
+        result = await target.start_copy_from_url(source, **self._kw())
+        status, etag = result.get("copy_status"), result.get("etag")
+        wait = 0.05
+        while status == "pending":  # a large or cross-account copy runs in the background
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 2.0)
+            props = await target.get_blob_properties(**self._kw())
+            status, etag = props.copy.status, props.etag
+        if status != "success":
+            raise PreconditionFailed(f"server-side copy of {src} ended as {status}", provider=self.scheme)
+        return etag if isinstance(etag, str) else None
+
+    # -- streams -------------------------------------------------------------
+    def open_read(self, key: str) -> IO[bytes]:
+        info = self._run(self._head, key)
+        raw = _BlobReader(self, self._name(key), info.size, info.etag)
+        return io.BufferedReader(raw, buffer_size=4 * 1024 * 1024)
+
+    def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
+        return _BlockWrite(self, key, options)
+
+    # -- listing -------------------------------------------------------------
+    def list_page(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> ListPage:
+        return self._run(self._list_page, prefix, delimiter, start_after, page_size, token)
+
+    async def _list_page(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> ListPage:
+        full = self._prefix + prefix
+        cut = len(self._prefix)
+        pager: Any
+        if delimiter:
+            pager = self._container.walk_blobs(name_starts_with=full, delimiter=delimiter, results_per_page=page_size)
+        else:
+            pager = self._container.list_blobs(name_starts_with=full, results_per_page=page_size)
+        pages: Any = pager.by_page(continuation_token=token)
+        objects: list[ObjectInfo] = []
+        prefixes: list[str] = []
+        next_token: str | None = None
+        async for page in pages:
+            item: Any
+            async for item in page:
+                key = item.name[cut:]
+                if start_after is not None and key <= start_after:
+                    continue
+                if delimiter and not hasattr(item, "size"):  # a BlobPrefix
+                    prefixes.append(key)
+                else:
+                    objects.append(
+                        ObjectInfo(
+                            key=key,
+                            size=item.size,
+                            etag=_quoted(item.etag),
+                            modified=item.last_modified,
+                            content_type=item.content_settings.content_type,
+                        )
+                    )
+            next_token = pages.continuation_token or None
+            if objects or prefixes or next_token is None:
+                break  # a page filtered empty by start_after is skipped, not returned
+        return ListPage(objects, prefixes, next_token)
+
+    # -- signed URLs -------------------------------------------------------
+    def signed_url(
+        self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
+    ) -> str:
+        """A service SAS for one blob; PUT also needs ``x-ms-blob-type: BlockBlob``.
+
+        ``content_type`` is not enforced on PUT (a SAS cannot bind it).
+        """
+        from azure.storage.blob import BlobSasPermissions, generate_blob_sas
+
+        name = self._name(key)
+        now = dt.datetime.now(dt.UTC)
+        if method == "GET":
+            permission = BlobSasPermissions(read=True)
+        else:
+            permission = BlobSasPermissions(create=True, write=True)
+        sas = generate_blob_sas(
+            account_name=self.auth.account,
+            container_name=self.container,
+            blob_name=name,
+            account_key=self.auth.account_key,
+            permission=permission,
+            expiry=now + expires,
+            start=now - dt.timedelta(minutes=5),  # tolerate clock skew
+        )
+        return f"{self._container.get_blob_client(name).url}?{sas}"
+
+    # -- batches -------------------------------------------------------------
+    def _gather(self, fn: Callable[..., Awaitable[Any]], args: list[tuple[Any, ...]]) -> list[Any]:
+        async def all_of() -> list[Any]:
+            gate = asyncio.Semaphore(self.batch_concurrency)
+
+            async def one(arg: tuple[Any, ...]) -> Any:
+                async with gate:
+                    return await fn(*arg)
+
+            return await asyncio.gather(*(one(a) for a in args), return_exceptions=True)
+
+        return self._run(all_of)
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        yield from zip(keys, self._gather(self._get, [(self._name(k),) for k in keys]), strict=True)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> Iterator[tuple[str, str | BaseException | None]]:
+        results = self._gather(self._put, [(self._name(k), d, options) for k, d in items])
+        yield from zip((k for k, _ in items), results, strict=True)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        yield from zip(keys, self._gather(self._delete, [(self._name(k),) for k in keys]), strict=True)
+
+    # -- escape hatches ----------------------------------------------------
+    def as_(self, kind: type[Any]) -> Any:
+        from adlfs import AzureBlobFileSystem
+        from azure.storage.blob.aio import BlobServiceClient, ContainerClient
+
+        natives: dict[type[Any], Any] = {
+            AzureBlobFileSystem: self._fs,
+            ContainerClient: self._container,
+            BlobServiceClient: self._service,
+        }
+        return natives.get(kind)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        async def shut() -> None:
+            await self._service.close()
+            close = getattr(self._credential, "close", None)
+            if close is not None and asyncio.iscoroutinefunction(close):
+                await close()
+
+        if not self._loop.is_closed():
+            self._run(shut)
+
+
+class _BlobReader(io.RawIOBase):
+    """A seekable reader of one blob version: ranged GETs pinned to its etag."""
+
+    def __init__(self, driver: BlobStorage, name: str, size: int, etag: str | None) -> None:
+        super().__init__()
+        self._driver = driver
+        self._name = name
+        self._size = size
+        self._etag = etag
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self._size + offset
+        else:
+            raise ValueError(f"whence must be 0, 1 or 2, got {whence}")
+        if pos < 0:
+            raise ValueError("negative seek position")
+        self._pos = pos
+        return pos
+
+    def _fetch(self, end: int) -> bytes:
+        data = self._driver._run(self._driver._get_range, self._name, self._pos, end, self._etag)
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), self._size - self._pos)
+        if want <= 0:
+            return 0
+        data = self._fetch(self._pos + want)
+        view[: len(data)] = data
+        return len(data)
+
+    def readall(self) -> bytes:
+        if self._pos >= self._size:
+            return b""
+        return self._fetch(self._size)
+
+
+class _BlockWrite(WriteStream):
+    """A streamed write as staged blocks, committed with the write's conditions.
+
+    The latest part is held back, so a stream of one part becomes one Put Blob.
+    Each method changes state only after its request succeeded, so the Guard
+    may repeat a failed call: a block is staged again under the same id.
+    """
+
+    def __init__(self, driver: BlobStorage, key: str, options: WriteOptions) -> None:
+        self._driver = driver
+        self._key = key
+        self._name = driver._name(key)
+        self._options = options
+        self._writer = uuid.uuid4().hex  # block ids of concurrent writers never collide
+        self._blocks: list[str] = []
+        self._pending: bytes | None = None
+
+    def _stage(self, data: bytes) -> None:
+        if len(self._blocks) >= MAX_BLOCKS:
+            raise TooLarge(
+                f"a streamed write to {self._key} exceeds Azure's {MAX_BLOCKS} blocks; use a larger part_size",
+                provider=self._driver.scheme,
+            )
+        block_id = base64.b64encode(f"{self._writer}{len(self._blocks):06d}".encode()).decode()
+        self._driver._run(self._stage_block, block_id, data)
+        self._blocks.append(block_id)
+
+    async def _stage_block(self, block_id: str, data: bytes) -> None:
+        blob = self._driver._container.get_blob_client(self._name)
+        await blob.stage_block(block_id, data, length=len(data), **self._driver._kw())
+
+    def write(self, data: bytes) -> None:
+        if self._pending is not None:
+            self._stage(self._pending)
+        self._pending = data
+
+    def commit(self) -> str | None:
+        if not self._blocks:
+            return self._driver.put(self._key, self._pending or b"", self._options)
+        if self._pending is not None:
+            self._stage(self._pending)
+            self._pending = None
+        return self._driver._run(self._commit)
+
+    async def _commit(self) -> str | None:
+        from azure.core.exceptions import (
+            HttpResponseError,
+            ResourceExistsError,
+            ResourceModifiedError,
+        )
+        from azure.storage.blob import BlobBlock
+
+        blob = self._driver._container.get_blob_client(self._name)
+        kw = self._driver._write_kwargs(self._options)
+        try:
+            blocks = [BlobBlock(block_id) for block_id in self._blocks]
+            result = await blob.commit_block_list(blocks, **kw, **self._driver._kw())
+        except ResourceModifiedError as exc:
+            if self._options.if_none_match:
+                raise AlreadyExists(f"{self._key} exists", provider=self._driver.scheme) from exc
+            raise
+        except ResourceExistsError:
+            raise
+        except HttpResponseError as exc:
+            if error_code(exc) != "InvalidBlockList":
+                raise
+            if self._options.if_none_match:
+                raise AlreadyExists(f"{self._key} was created by another writer", provider=self._driver.scheme) from exc
+            raise PreconditionFailed(
+                f"another writer replaced {self._key} while this stream was open (Azure discarded its blocks); "
+                "write it again",
+                provider=self._driver.scheme,
+            ) from exc
+        return _etag_of(result)
+
+    def abort(self) -> None:
+        # Uncommitted blocks are never visible; Azure drops them after 7 days.
+        self._blocks.clear()
+        self._pending = None

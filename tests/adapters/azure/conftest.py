@@ -1,0 +1,64 @@
+"""Fixtures of the Azure adapter tests: one Azurite per session (tests/emulators).
+
+The drivers read secrets only from the environment, so the session puts
+Azurite's connection string and account key into two variables of its own
+and the URLs name them (``connection_string_env=``, ``account_key_env=``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+CONNECTION_ENV = "PORTABLE_TEST_AZURITE_CONNECTION_STRING"
+KEY_ENV = "PORTABLE_TEST_AZURITE_ACCOUNT_KEY"
+
+
+@pytest.fixture(scope="session")
+def azure(azurite: Any) -> Iterator[dict[str, str]]:
+    """Azurite's endpoints and account, with its secrets in the environment for the session."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(CONNECTION_ENV, azurite.endpoints["connection_string"])
+        mp.setenv(KEY_ENV, azurite.endpoints["account_key"])
+        for name in (
+            "AZURE_STORAGE_CONNECTION_STRING",
+            "AZURE_STORAGE_ACCOUNT_KEY",
+            "AZURE_STORAGE_SAS_TOKEN",
+            "AZURE_STORAGE_ACCOUNT_NAME",
+        ):
+            mp.delenv(name, raising=False)
+        yield {
+            "blob_endpoint": azurite.endpoints["blob_endpoint"],
+            "queue_endpoint": azurite.endpoints["queue_endpoint"],
+            "account": azurite.endpoints["account_name"],
+            "connection_string": azurite.endpoints["connection_string"],
+        }
+
+
+def blob_service(azure: dict[str, str]) -> Any:
+    from azure.storage.blob import BlobServiceClient
+
+    return BlobServiceClient.from_connection_string(azure["connection_string"])
+
+
+def queue_service(azure: dict[str, str]) -> Any:
+    from azure.storage.queue import QueueServiceClient
+
+    return QueueServiceClient.from_connection_string(azure["connection_string"])
+
+
+@pytest.fixture(scope="session")
+def blob_container(azure: dict[str, str]) -> str:
+    """One container for the session; each test works under its own prefix."""
+    name = f"pt-{uuid.uuid4().hex[:12]}"
+    blob_service(azure).create_container(name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def conn_query() -> str:
+    """The query that points a driver at Azurite through its connection string."""
+    return f"connection_string_env={CONNECTION_ENV}"
