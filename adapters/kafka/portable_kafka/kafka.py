@@ -1,0 +1,1003 @@
+"""``kafka://`` — Kafka topics and consumer groups on kafka-python.
+
+One driver serves Apache Kafka, Amazon MSK, Confluent Cloud, Azure Event Hubs'
+Kafka endpoint, Redpanda and Tansu: only the URL differs.
+
+URLs:
+    ``kafka://HOST:PORT[,HOST:PORT...]/TOPIC`` names a topic (the publishing side).
+    ``kafka://HOST:PORT/TOPIC?group=GROUP`` adds the consumer group that receives:
+    a portable Subscription *is* a consumer group, and every Subscription opened
+    with the same group shares the topic's partitions (competing consumers).
+
+    =====================  =======================================================================
+    Apache Kafka, Tansu    ``kafka://broker:9092/orders?group=billing``
+    Amazon MSK (IAM)       ``kafka://b-1.x.kafka.eu-west-1.amazonaws.com:9098/orders?group=billing
+                           &security_protocol=SASL_SSL&sasl_mechanism=AWS_MSK_IAM``
+                           (``pip install 'portable-kafka[msk-iam]'``; credentials and region from
+                           the usual AWS chain)
+    Amazon MSK (SCRAM)     ``...:9096/orders?security_protocol=SASL_SSL&sasl_mechanism=SCRAM-SHA-512``
+    Confluent Cloud        ``kafka://pkc-xxxx.eu-west-1.aws.confluent.cloud:9092/orders?group=billing
+                           &security_protocol=SASL_SSL&sasl_mechanism=PLAIN&create=false``
+                           user = API key, password = API secret
+    Azure Event Hubs       ``kafka://NAMESPACE.servicebus.windows.net:9093/EVENTHUB?group=billing
+                           &security_protocol=SASL_SSL&sasl_mechanism=PLAIN
+                           &sasl_username=$ConnectionString&sasl_password_env=EVENTHUBS_CONNECTION_STRING``
+    =====================  =======================================================================
+
+    Passwords never go in a URL (InvalidURL if one does). The user name is
+    ``sasl_username=`` or the environment variable ``KAFKA_SASL_USERNAME`` (or
+    the one named by ``sasl_username_env=``); the password is read from the
+    environment variable named by ``sasl_password_env=`` (default
+    ``KAFKA_SASL_PASSWORD``) when a client connects, and is never logged or shown.
+
+Options:
+    group: the consumer group of the receiving side. Required by ``open_subscription``.
+    security_protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL. Defaults to PLAINTEXT.
+    sasl_mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, AWS_MSK_IAM or OAUTHBEARER
+        (the last needs ``KafkaMessaging(..., token_provider=)``).
+    sasl_username, sasl_username_env, sasl_password_env: see above.
+    ssl_cafile: a CA bundle for a private CA. ssl_check_hostname: defaults to true.
+    create: create missing topics (the topic, and for a group its retry and
+        dead-letter topics) when a side is opened. Defaults to true; set false where
+        the credentials may not create topics (Confluent Cloud, Event Hubs Basic);
+        then a missing topic is NotFound at open.
+    partitions, replication: for topics this driver creates. Default: the broker's.
+    retry_topic: where nacked messages wait out their delay. Defaults to
+        ``TOPIC.GROUP.retry``; ``none`` keeps retries in this process (see below).
+    dead_letter_topic: where ``dead_letter`` moves poison messages. Defaults to
+        ``TOPIC.GROUP.dlq``; ``none`` leaves dead letters to the portable layer's
+        ``dead_letter=`` topic.
+    idempotent: the idempotent producer (acks=all, broker-side dedup of the
+        producer's own resends, order kept). Defaults to true.
+    acks: 0, 1 or all; only with idempotent=false. Defaults to all.
+    linger_ms, batch_size: producer batching. Default 5 ms and 64 KiB.
+    compression: none, gzip, snappy, lz4 or zstd. Defaults to none.
+    max_message_bytes: the largest record this driver sends. Defaults to 1 MiB,
+        Kafka's default ``max.message.bytes``; raise it together with the topic's.
+    start: where a new group starts reading: earliest or latest. Defaults to
+        earliest, so a message published before the first receive is delivered,
+        as on every queue.
+    assignor: range, roundrobin or cooperative-sticky. Defaults to range.
+    session_timeout_ms: how long a silent member keeps its partitions. Defaults
+        to 45000. heartbeat_interval_ms: defaults to min(3000, session/3).
+    max_poll_interval_ms: the longest gap between receives before the member
+        leaves the group. Defaults to 300000.
+    connect_timeout: seconds to reach a bootstrap broker. Defaults to 10.
+    request_timeout, delivery_timeout: seconds per request and per produced
+        record (kafka-python's own resends included). Default 30 and 60.
+
+Names:
+    Topic names are 1-249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..`` (checked
+    before any request, InvalidURL). A group is 1-255 printable characters; its
+    default retry and dead-letter topics need it to be topic-name legal.
+    Attributes travel as record headers (UTF-8 values); the key is the record key.
+
+As:
+    ``kafka.KafkaProducer`` (the publishing side's producer, or the
+    subscription's retry producer), ``kafka.KafkaConsumer`` (the subscription's
+    consumer; do not poll it yourself), ``kafka.admin.KafkaAdminClient`` (a new
+    admin client; close it yourself).
+
+Capabilities:
+    ordering (per key: same key -> same partition, and one message of a key in
+    flight at a time), native_dead_letter (the dead-letter topic), nack_delay
+    (through the retry topic), delivery_count (a retry header counts attempts).
+    Not: lease_extension, exactly_once, publish_dedup.
+
+Delivery guarantees:
+    Publishing is acknowledged by all in-sync replicas (acks=all) and the
+    idempotent producer never writes a record twice or out of order while
+    *it* resends. A publish that fails and is retried by the portable layer is
+    a new record: the consumer may see it twice (deduplicate with
+    ``idempotency_key`` and ``run(..., idempotency=store)``).
+
+    Receiving is at least once. A Subscription is a consumer-group member; ``ack``
+    marks a message done, and the group's committed offset of its partition moves
+    only over a contiguous run of done messages, never past one still in flight.
+    Commits are sent when the next ``receive`` starts, shortly after acks, when
+    partitions are revoked, and on ``close``. A member that dies, or is killed,
+    loses its partitions after ``session_timeout_ms``; another member resumes from
+    the last commit, so everything not yet committed (acked or not) is delivered
+    again and nothing is lost.
+
+Leases:
+    Kafka has no per-message lease: the partition assignment is the lease. A
+    received message stays leased to this member until it is settled or the
+    member loses its partition (it closes, dies, stops receiving for
+    ``max_poll_interval_ms``, or a rebalance moves the partition). Then every
+    unsettled message of the partition goes to the new owner, and ack or nack of
+    a message received before returns PreconditionFailed. The ``lease`` of
+    ``receive`` is therefore ignored, ``extend_lease`` is unsupported, and a
+    message that is neither acked nor nacked is not delivered again while this
+    member keeps its partition.
+
+Retries and dead letters:
+    ``nack(delay)`` publishes a copy to the retry topic, carrying the next attempt
+    number and the time it is due, then settles the original. The group reads the
+    retry topic too and holds each copy back until it is due (pausing that
+    partition while it holds many). ``run(max_deliveries=N)`` sends a message that
+    failed N times to the dead-letter topic with the ``portable.dead_letter_*``
+    attributes. With ``retry_topic=none`` a nacked message is held in this process
+    and its offset stays uncommitted (a crash redelivers it with the count reset).
+
+Retries of kafka-python:
+    The portable layer owns retries, except one: the idempotent producer keeps
+    kafka-python's resends (bounded by ``delivery_timeout``), because they reuse
+    the producer id and sequence number, so the broker drops duplicates and keeps
+    the order, which a resend from outside cannot do. With ``idempotent=false``
+    the producer makes no retry (``retries=0``). The consumer's offset commits
+    are bounded by ``request_timeout``; nothing else retries.
+
+Known differences:
+    * Ordering holds while messages are acked. A nacked message goes through the
+      retry topic, so later messages of its key may be delivered before its retry.
+    * A nack delay is a minimum: copies wait in the retry topic in nack order, so
+      a long delay ahead of a short one holds the short one back.
+    * ``start=earliest`` means a new group first reads everything the topic retains.
+    * Tansu accepts any topic size and name at the broker; portable checks names
+      before sending, and sizes against ``max_message_bytes``.
+    * Tansu forms a group half a session timeout after the first join: use a short
+      ``session_timeout_ms`` (6000 in the tests) there.
+"""
+
+# mypy: disable-error-code="import-untyped"
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from portable._redact import redact
+from portable.driver.messaging import (
+    MessagingCapabilities,
+    MessagingDriver,
+    OutgoingMessage,
+    QueueStats,
+    ReceivedMessage,
+    SubscriptionDriver,
+    TopicDriver,
+)
+from portable.errors import (
+    ErrorCode,
+    InvalidURL,
+    NotFound,
+    PortableError,
+    PreconditionFailed,
+    Unavailable,
+    Unsupported,
+)
+from portable.resilience import remaining
+from portable.urls import ParsedURL
+
+from ._progress import PartitionProgress
+from ._settings import KafkaSettings, parse_settings, read_password
+
+__all__ = ["KafkaMessaging"]
+
+log = logging.getLogger("portable.kafka")
+
+#: Headers this driver adds to retry copies; stripped from a delivery's attributes.
+_INTERNAL_PREFIX = "portable.kafka."
+_ATTEMPT = "portable.kafka.attempt"
+_DUE = "portable.kafka.due_ms"
+_ORIGINAL_ID = "portable.kafka.id"
+_PUBLISHED = "portable.kafka.published_ms"
+#: Reserved dead-letter attributes (portable.messaging writes the same names).
+_DL_REASON = "portable.dead_letter_reason"
+_DL_SOURCE = "portable.dead_letter_source"
+_DL_ATTEMPTS = "portable.delivery_attempts"
+_DL_ORIGINAL = "portable.original_id"
+
+#: Bytes kept back from max_message_bytes for the record's framing and retry headers.
+_RECORD_OVERHEAD = 512
+#: A partition is paused while this many of its fetched messages wait here, resumed below half.
+_PAUSE_AT = 1000
+#: Acks trigger a commit at most this often (seconds); receive and close always commit.
+_ACK_COMMIT_INTERVAL = 0.2
+
+
+class _LostLease(PreconditionFailed):
+    """The message's partition left this member (or it was settled already)."""
+
+
+def _epoch_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---------------------------------------------------------------- the factory
+class KafkaMessaging(MessagingDriver):
+    """The ``kafka://`` driver: classifies kafka-python's errors and opens both sides."""
+
+    scheme = "kafka"
+
+    def __init__(self, settings: KafkaSettings, *, token_provider: Any = None) -> None:
+        self.settings = settings
+        self.endpoint = settings.endpoint
+        self._token_provider = token_provider
+        if settings.sasl_mechanism == "OAUTHBEARER" and token_provider is None:
+            raise InvalidURL(
+                "sasl_mechanism=OAUTHBEARER needs a token provider: open the driver with "
+                "KafkaMessaging(settings, token_provider=...) (kafka.sasl.oauth.AbstractTokenProvider)"
+            )
+        self.capabilities = MessagingCapabilities(
+            ordering=True,
+            native_dead_letter=settings.dead_letter_topic is not None,
+            lease_extension=False,
+            exactly_once=False,
+            publish_dedup=False,
+            nack_delay=True,
+            delivery_count=True,
+            max_lease_seconds=86400.0,
+            min_lease_seconds=0.0,
+            max_message_bytes=max(1, settings.max_message_bytes - _RECORD_OVERHEAD),
+            max_attributes=64,
+            max_batch=1000,
+        )
+        self._topic: KafkaTopic | None = None
+        self._subscription: KafkaSubscription | None = None
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> KafkaMessaging:
+        return cls(parse_settings(url))
+
+    def __repr__(self) -> str:
+        return f"KafkaMessaging({redact(self.settings.url_for(self.settings.topic or '', self.settings.group))!r})"
+
+    # -- configs (the password is read here, at connect time, and kept nowhere) --
+    def _password(self) -> str | None:
+        return read_password(self.settings)
+
+    def _with_token(self, config: dict[str, Any]) -> dict[str, Any]:
+        if self._token_provider is not None:
+            config["sasl_oauth_token_provider"] = self._token_provider
+        return config
+
+    def producer_config(self) -> dict[str, Any]:
+        return self._with_token(self.settings.producer_config(self._password))
+
+    def consumer_config(self) -> dict[str, Any]:
+        return self._with_token(self.settings.consumer_config(self._password))
+
+    def admin_config(self) -> dict[str, Any]:
+        return self._with_token(self.settings.admin_config(self._password))
+
+    # -- connecting --------------------------------------------------------------
+    def _connect(self, factory: Callable[..., Any], config: dict[str, Any], what: str) -> Any:
+        """Build a kafka-python client; a bootstrap that does not answer is Unavailable with the fix."""
+        from kafka.errors import KafkaTimeoutError
+
+        left = remaining()
+        if left is not None:
+            config["bootstrap_timeout_ms"] = max(1, min(config["bootstrap_timeout_ms"], int(left * 1000)))
+        try:
+            return factory(**config)
+        except KafkaTimeoutError as exc:
+            if "bootstrap" not in str(exc).lower():
+                raise
+            s = self.settings
+            waited = config["bootstrap_timeout_ms"] / 1000.0
+            # kafka-python retried the connection for the whole timeout already: not retryable again
+            raise Unavailable(
+                f"no Kafka broker answered at {s.endpoint} within {waited:g}s ({what}): check "
+                f"the host and port, that security_protocol={s.security_protocol} matches the listener "
+                "(a TLS listener needs SSL or SASL_SSL), and that the broker advertises an address this "
+                "machine can reach; raise connect_timeout= for a slow network",
+                provider=self.scheme,
+                retryable=False,
+            ) from exc
+
+    def new_producer(self) -> Any:
+        from kafka import KafkaProducer
+
+        return self._connect(KafkaProducer, self.producer_config(), "producer")
+
+    def new_admin(self) -> Any:
+        from kafka.admin import KafkaAdminClient
+
+        return self._connect(KafkaAdminClient, self.admin_config(), "admin")
+
+    def ensure_topics(self, names: Iterable[str]) -> dict[str, int]:
+        """Create the missing ``names`` (``create=true``) or check they exist (``create=false``).
+
+        Returns the ``max.message.bytes`` the broker reported for topics it just created.
+        """
+        from kafka.errors import TopicAlreadyExistsError, for_code
+
+        wanted = [n for n in dict.fromkeys(names) if n]
+        limits: dict[str, int] = {}
+        if not wanted:
+            return limits
+        s = self.settings
+        admin = self.new_admin()
+        try:
+            if not s.create:
+                found = {t.get("name"): t for t in admin.describe_topics(wanted)}
+                for name in wanted:
+                    code = (found.get(name) or {}).get("error_code", 3)
+                    if code:
+                        raise NotFound(
+                            f"Kafka topic {name!r} does not exist at {s.endpoint} ({for_code(code).__name__}); "
+                            "create it, or open with create=true",
+                            provider=self.scheme,
+                        )
+                return limits
+            spec = {name: {"num_partitions": s.partitions, "replication_factor": s.replication} for name in wanted}
+            answer = admin.create_topics(spec, raise_errors=False)
+            created = []
+            for topic in answer.get("topics", []):
+                error = for_code(topic.get("error_code", 0))
+                if topic.get("error_code", 0) and error is not TopicAlreadyExistsError:
+                    raise error(topic.get("error_message") or topic.get("name"))
+                if not topic.get("error_code", 0):
+                    created.append(topic["name"])
+                limit = ((topic.get("configs") or {}).get("max.message.bytes") or {}).get("value")
+                if limit and str(limit).isdigit():
+                    limits[topic["name"]] = int(limit)
+            if created:
+                admin.wait_for_topics(created, timeout_ms=int(s.request_timeout * 1000))
+        finally:
+            admin.close()
+        return limits
+
+    # -- sides -------------------------------------------------------------------
+    def topic(self) -> TopicDriver:
+        s = self.settings
+        if s.topic is None:
+            raise InvalidURL(f"kafka://{s.endpoint}/ names no topic: write kafka://{s.endpoint}/TOPIC")
+        if self._topic is None:
+            limits = self.ensure_topics([s.topic])
+            self._narrow(limits.get(s.topic))
+            self._topic = KafkaTopic(self, s.topic)
+        return self._topic
+
+    def subscription(self) -> SubscriptionDriver:
+        s = self.settings
+        if s.topic is None or s.group is None:
+            raise InvalidURL(
+                f"a Kafka subscription is a consumer group: write kafka://{s.endpoint}/"
+                f"{s.topic or 'TOPIC'}?group=GROUP"
+            )
+        if self._subscription is None:
+            limits = self.ensure_topics([s.topic, s.retry_topic or "", s.dead_letter_topic or ""])
+            self._narrow(limits.get(s.topic))
+            self._subscription = KafkaSubscription(self)
+        return self._subscription
+
+    def _narrow(self, broker_limit: int | None) -> None:
+        if broker_limit and broker_limit - _RECORD_OVERHEAD < self.capabilities.max_message_bytes:
+            self.capabilities = dataclasses.replace(
+                self.capabilities, max_message_bytes=max(1, broker_limit - _RECORD_OVERHEAD)
+            )
+
+    def as_(self, kind: type[Any]) -> Any:
+        from kafka import KafkaConsumer, KafkaProducer
+        from kafka.admin import KafkaAdminClient
+
+        if kind is KafkaProducer:
+            if self._topic is not None:
+                return self._topic.producer
+            if self._subscription is not None:
+                return self._subscription.producer()
+        if kind is KafkaConsumer and self._subscription is not None:
+            return self._subscription.consumer
+        if kind is KafkaAdminClient:
+            return self.new_admin()
+        return None
+
+    def close(self) -> None:
+        for side in (self._subscription, self._topic):
+            if side is not None:
+                side.close()
+
+    # -- errors ------------------------------------------------------------------
+    def code_of(self, exc: BaseException) -> ErrorCode:
+        import kafka.errors as E
+
+        if isinstance(exc, PortableError):
+            return exc.code
+        if not isinstance(exc, E.KafkaError):
+            return super().code_of(exc)
+        if isinstance(exc, E.MessageSizeTooLargeError | E.RecordListTooLargeError):
+            return ErrorCode.TOO_LARGE
+        if isinstance(exc, E.TopicAlreadyExistsError):
+            return ErrorCode.ALREADY_EXISTS
+        if isinstance(exc, E.UnknownTopicOrPartitionError):
+            return ErrorCode.NOT_FOUND if not self.settings.create else ErrorCode.UNAVAILABLE
+        if isinstance(exc, E.AuthorizationError | E.SaslAuthenticationFailedError):
+            return ErrorCode.PERMISSION_DENIED
+        if isinstance(exc, E.ThrottlingQuotaExceededError | E.QuotaViolationError):
+            return ErrorCode.THROTTLED
+        if isinstance(
+            exc,
+            E.CommitFailedError | E.IllegalGenerationError | E.UnknownMemberIdError
+            | E.RebalanceInProgressError | E.FencedInstanceIdError,
+        ):
+            return ErrorCode.PRECONDITION_FAILED
+        if isinstance(
+            exc,
+            E.InvalidTopicError | E.InvalidPartitionsError | E.InvalidReplicationFactorError
+            | E.InvalidConfigurationError | E.PolicyViolationError | E.KafkaConfigurationError
+            | E.IllegalArgumentError | E.InvalidRequiredAcksError | E.UnsupportedSaslMechanismError
+            | E.InvalidSessionTimeoutError | E.InvalidGroupIdError,
+        ):
+            return ErrorCode.INVALID_ARGUMENT
+        if isinstance(exc, E.UnsupportedVersionError | E.UnsupportedCompressionTypeError):
+            return ErrorCode.UNSUPPORTED
+        if isinstance(exc, E.KafkaTimeoutError | E.RequestTimedOutError):
+            return ErrorCode.DEADLINE_EXCEEDED
+        if exc.retriable or isinstance(exc, _PRODUCER_FATAL):
+            return ErrorCode.UNAVAILABLE
+        return ErrorCode.UNKNOWN
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        import kafka.errors as E
+
+        if isinstance(exc, PortableError):
+            return exc.retryable
+        if isinstance(exc, E.KafkaError) and exc.retriable:
+            return self.code_of(exc) not in (ErrorCode.NOT_FOUND, ErrorCode.PRECONDITION_FAILED)
+        return self.code_of(exc) in (ErrorCode.UNAVAILABLE, ErrorCode.THROTTLED, ErrorCode.DEADLINE_EXCEEDED)
+
+
+def _fatal_producer_errors() -> tuple[type[BaseException], ...]:
+    import kafka.errors as E
+
+    return (E.OutOfOrderSequenceNumberError, E.InvalidProducerEpochError, E.ProducerFencedError,
+            E.UnknownProducerIdError)  # fmt: skip
+
+
+try:
+    _PRODUCER_FATAL = _fatal_producer_errors()
+except ImportError:  # pragma: no cover - kafka-python is a dependency
+    _PRODUCER_FATAL = ()
+
+
+# ---------------------------------------------------------------- records <-> messages
+def _headers(attributes: Mapping[str, str], extra: Mapping[str, str] | None = None) -> list[tuple[str, bytes]]:
+    headers = [(name, value.encode("utf-8")) for name, value in attributes.items()]
+    if extra:
+        headers.extend((name, value.encode("utf-8")) for name, value in extra.items())
+    return headers
+
+
+def _key_bytes(key: str | None) -> bytes | None:
+    return None if key is None else key.encode("utf-8")
+
+
+def _record_id(topic: str, partition: int, offset: int) -> str:
+    return f"{topic}/{partition}/{offset}"
+
+
+# ---------------------------------------------------------------- publishing
+class KafkaTopic(TopicDriver):
+    """Publishes with one thread-safe KafkaProducer: key -> partition, attributes -> headers."""
+
+    def __init__(self, driver: KafkaMessaging, topic: str) -> None:
+        self._driver = driver
+        self.topic = topic
+        self._lock = threading.Lock()
+        self._closed = False
+        self.producer = driver.new_producer()
+        self._wait = driver.settings.delivery_timeout + driver.settings.request_timeout
+
+    def _healthy_producer(self) -> Any:
+        producer = self.producer
+        manager = getattr(producer, "_transaction_manager", None)
+        if manager is not None and getattr(manager, "has_fatal_error", lambda: False)():
+            with self._lock:
+                if self.producer is producer:
+                    log.warning("the idempotent producer hit a fatal error; starting a new one")
+                    producer.close(timeout=1)
+                    self.producer = self._driver.new_producer()
+                producer = self.producer
+        return producer
+
+    def _send(self, producer: Any, message: OutgoingMessage) -> Any:
+        return producer.send(
+            self.topic,
+            value=message.body,
+            key=_key_bytes(message.key),
+            headers=_headers(message.attributes) if message.attributes else None,
+        )
+
+    def publish(self, message: OutgoingMessage) -> str:
+        producer = self._healthy_producer()
+        future = self._send(producer, message)
+        metadata = future.get(timeout=remaining(self._wait))
+        return _record_id(metadata.topic, metadata.partition, metadata.offset)
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        producer = self._healthy_producer()
+        pending: list[Any] = []
+        for message in messages:
+            try:
+                pending.append(self._send(producer, message))
+            except Exception as exc:
+                pending.append(exc)
+        producer.flush(timeout=remaining(self._wait))
+        out: list[str | BaseException] = []
+        for item in pending:
+            if isinstance(item, BaseException):
+                out.append(item)
+                continue
+            try:
+                metadata = item.get(timeout=remaining(self._wait))
+            except Exception as exc:
+                out.append(exc)
+            else:
+                out.append(_record_id(metadata.topic, metadata.partition, metadata.offset))
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.producer.close(timeout=self._driver.settings.request_timeout)
+
+
+# ---------------------------------------------------------------- receiving
+@dataclass(slots=True)
+class _Entry:
+    """One fetched record and what this member knows about its delivery."""
+
+    tp: Any  # kafka.TopicPartition
+    offset: int
+    record: Any  # kafka ConsumerRecord
+    delivery: ReceivedMessage
+    due: float = 0.0  # time.monotonic() when a held copy may be delivered
+    redeliveries: int = 0  # local redeliveries (retry_topic=none)
+    leased: bool = False
+
+
+class _Rebalance:
+    """Commits what is safe before partitions leave, and drops their in-flight state.
+
+    An AsyncConsumerRebalanceListener: kafka-python awaits it on its network
+    loop, so the commit is awaited there instead of blocking the heartbeats.
+    """
+
+    def __init__(self, subscription: KafkaSubscription) -> None:
+        self._sub = subscription
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        offsets = self._sub._offsets_to_commit(revoked)
+        if offsets:
+            coordinator = self._sub.consumer._coordinator
+            try:
+                await coordinator._commit_offsets_sync_async(offsets, timeout_ms=self._sub._commit_timeout_ms)
+            except Exception as exc:  # the new owner will redeliver: at least once holds
+                log.warning("commit before giving up %s failed: %s", sorted(revoked), exc)
+        self._sub._drop(revoked)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self._sub._assign(assigned)
+
+    async def on_partitions_lost(self, lost: Any) -> None:
+        self._sub._drop(lost)
+
+
+def _listener(subscription: KafkaSubscription) -> Any:
+    from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
+
+    class Listener(_Rebalance, AsyncConsumerRebalanceListener):  # type: ignore[misc]
+        pass
+
+    return Listener(subscription)
+
+
+class KafkaSubscription(SubscriptionDriver):
+    """A consumer-group member: poll-based receive, contiguous-ack commits, retry and DLQ topics.
+
+    Threads: ``receive`` holds ``_poll_lock`` while it touches the consumer (which
+    is not thread-safe); ``ack``/``nack`` from handler threads touch only the
+    bookkeeping under ``_state`` and send commits when the consumer is free.
+    kafka-python's network thread runs the rebalance listener, which also takes
+    only ``_state``.
+    """
+
+    def __init__(self, driver: KafkaMessaging) -> None:
+        from kafka import KafkaConsumer
+
+        s = driver.settings
+        assert s.topic is not None and s.group is not None
+        self._driver = driver
+        self.settings = s
+        self.topic = s.topic
+        self.retry_topic = s.retry_topic
+        self.dead_letter_topic = s.dead_letter_topic
+        self._poll_lock = threading.RLock()
+        self._state = threading.Lock()
+        self._progress: dict[Any, PartitionProgress] = {}
+        self._entries: dict[tuple[Any, int], _Entry] = {}
+        self._ready: deque[_Entry] = deque()
+        self._held: list[tuple[float, int, _Entry]] = []  # (due, seq, entry): retry copies not yet due
+        self._waiting: dict[str, deque[_Entry]] = {}  # key -> later records of a key in flight
+        self._busy_keys: set[str] = set()
+        self._buffered: dict[Any, int] = {}  # tp -> records fetched but not delivered
+        self._paused: set[Any] = set()
+        self._epochs = itertools.count(1)
+        self._seq = itertools.count()
+        self._last_commit = 0.0
+        self._producer: Any = None
+        self._closed = False
+        self._commit_timeout_ms = int(s.request_timeout * 1000)
+        self._wait = s.delivery_timeout + s.request_timeout
+        self.consumer = driver._connect(KafkaConsumer, driver.consumer_config(), "consumer")
+        topics = [self.topic] + ([self.retry_topic] if self.retry_topic else [])
+        self.consumer.subscribe(topics, listener=_listener(self))
+
+    # -- rebalance callbacks (kafka-python's network thread) -------------------
+    def _assign(self, assigned: Iterable[Any]) -> None:
+        with self._state:
+            for tp in assigned:
+                if tp not in self._progress:
+                    self._progress[tp] = PartitionProgress(next(self._epochs))
+            self._paused.difference_update(assigned)
+
+    def _drop(self, revoked: Iterable[Any]) -> None:
+        gone = set(revoked)
+        with self._state:
+            for tp in gone:
+                self._progress.pop(tp, None)
+                self._buffered.pop(tp, None)
+                self._paused.discard(tp)
+            for where in [k for k in self._entries if k[0] in gone]:
+                entry = self._entries.pop(where)
+                if entry.leased and entry.delivery.key is not None:
+                    self._busy_keys.discard(entry.delivery.key)
+            self._ready = deque(e for e in self._ready if e.tp not in gone)
+            self._held = [h for h in self._held if h[2].tp not in gone]
+            heapq.heapify(self._held)
+            for key in list(self._waiting):
+                kept = deque(e for e in self._waiting[key] if e.tp not in gone)
+                if kept:
+                    self._waiting[key] = kept
+                else:
+                    del self._waiting[key]
+
+    def _offsets_to_commit(self, partitions: Iterable[Any] | None = None) -> dict[Any, Any]:
+        from kafka.structs import OffsetAndMetadata
+
+        offsets: dict[Any, Any] = {}
+        with self._state:
+            for tp in self._progress if partitions is None else partitions:
+                progress = self._progress.get(tp)
+                at = progress.to_commit() if progress is not None else None
+                if at is not None:
+                    assert progress is not None
+                    progress.committed = at
+                    offsets[tp] = OffsetAndMetadata(at, "", -1)
+        return offsets
+
+    # -- commits (caller holds _poll_lock) -----------------------------------------
+    def _commit_async(self) -> None:
+        offsets = self._offsets_to_commit()
+        if not offsets:
+            return
+        self._last_commit = time.monotonic()
+
+        def done(committed: Any, result: Any) -> None:
+            if isinstance(result, BaseException):
+                log.debug("async commit of %s failed: %s; the next commit covers it", committed, result)
+                with self._state:
+                    for tp, meta in committed.items():
+                        progress = self._progress.get(tp)
+                        if progress is not None and progress.committed == meta.offset:
+                            progress.committed = None
+
+        self.consumer.commit_async(offsets, callback=done)
+
+    def _commit_soon(self) -> None:
+        """After an ack: commit now if the consumer is free and the last commit is not too recent."""
+        if time.monotonic() - self._last_commit < _ACK_COMMIT_INTERVAL and self._ready:
+            return
+        if self._poll_lock.acquire(blocking=False):
+            try:
+                if not self._closed:
+                    self._commit_async()
+            except Exception as exc:  # receive and close commit again
+                log.debug("commit after ack failed: %s", exc)
+            finally:
+                self._poll_lock.release()
+
+    # -- receive -------------------------------------------------------------------
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+        deadline = time.monotonic() + wait
+        with self._poll_lock:
+            if self._closed:
+                raise Unavailable("the Kafka subscription is closed", provider="kafka")
+            self._commit_async()
+            polled = False
+            while True:
+                out = self._take(max_messages)
+                if out:
+                    return out
+                now = time.monotonic()
+                left = deadline - now
+                if polled and left <= 0:
+                    return out
+                timeout = max(0.0, left)
+                with self._state:
+                    if self._held:
+                        timeout = min(timeout, max(0.0, self._held[0][0] - now))
+                records = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=max(max_messages, 10))
+                polled = True
+                if records:
+                    self._admit(records)
+                self._pace()
+
+    def _admit(self, records: Mapping[Any, list[Any]]) -> None:
+        now = time.monotonic()
+        wall = _epoch_ms()
+        with self._state:
+            for tp, batch in records.items():
+                progress = self._progress.get(tp)
+                if progress is None:
+                    continue  # revoked while the fetch was in flight
+                for record in batch:
+                    if not progress.fetched(record.offset):
+                        continue
+                    entry = self._entry(tp, record, progress.epoch)
+                    self._entries[(tp, record.offset)] = entry
+                    self._buffered[tp] = self._buffered.get(tp, 0) + 1
+                    due_ms = entry.due
+                    if due_ms > wall:
+                        entry.due = now + (due_ms - wall) / 1000.0
+                        heapq.heappush(self._held, (entry.due, next(self._seq), entry))
+                    else:
+                        self._ready.append(entry)
+
+    def _entry(self, tp: Any, record: Any, epoch: int) -> _Entry:
+        attributes: dict[str, str] = {}
+        attempt = 1
+        due = 0
+        original: str | None = None
+        published = record.timestamp
+        for name, value in record.headers or ():
+            text = value.decode("utf-8", "replace") if value is not None else ""
+            if name.startswith(_INTERNAL_PREFIX):
+                try:
+                    if name == _ATTEMPT:
+                        attempt = max(1, int(text))
+                    elif name == _DUE:
+                        due = int(text)
+                    elif name == _ORIGINAL_ID:
+                        original = text
+                    elif name == _PUBLISHED:
+                        published = int(text)
+                except ValueError:
+                    log.warning("ignoring a malformed %s header on %s/%s", name, tp, record.offset)
+                continue
+            attributes[name] = text
+        key = None if record.key is None else record.key.decode("utf-8", "replace")
+        when = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
+        delivery = ReceivedMessage(
+            id=original or _record_id(tp.topic, tp.partition, record.offset),
+            body=record.value if record.value is not None else b"",
+            attributes=attributes,
+            key=key,
+            publish_time=when,
+            delivery_attempt=attempt,
+            handle=(epoch, tp, record.offset, 0),
+        )
+        return _Entry(tp, record.offset, record, delivery, due=due)
+
+    def _take(self, max_messages: int) -> list[ReceivedMessage]:
+        """Deliver up to ``max_messages`` ready entries, one in flight per key (caller holds _poll_lock)."""
+        now = time.monotonic()
+        out: list[ReceivedMessage] = []
+        with self._state:
+            held = self._held
+            while held and held[0][0] <= now:
+                entry = heapq.heappop(held)[2]
+                self._ready.append(entry)
+            ready = self._ready
+            busy = self._busy_keys
+            while ready and len(out) < max_messages:
+                entry = ready.popleft()
+                if (entry.tp, entry.offset) not in self._entries:
+                    continue  # dropped by a rebalance
+                key = entry.delivery.key
+                if key is not None:
+                    if key in busy:
+                        self._waiting.setdefault(key, deque()).append(entry)
+                        continue
+                    busy.add(key)
+                entry.leased = True
+                self._buffered[entry.tp] = self._buffered.get(entry.tp, 1) - 1
+                out.append(entry.delivery)
+        return out
+
+    def _pace(self) -> None:
+        """Pause partitions whose fetched records pile up here; resume them when they drain."""
+        with self._state:
+            pause = [tp for tp, n in self._buffered.items() if n >= _PAUSE_AT and tp not in self._paused]
+            resume = [tp for tp in self._paused if self._buffered.get(tp, 0) < _PAUSE_AT // 2]
+            self._paused.update(pause)
+            self._paused.difference_update(resume)
+        if pause:
+            self.consumer.pause(*pause)
+        if resume:
+            self.consumer.resume(*resume)
+
+    # -- settling --------------------------------------------------------------------
+    def _leased_entry(self, handle: Any) -> _Entry:
+        """The in-flight entry of ``handle`` (caller holds _state), or _LostLease."""
+        epoch, tp, offset, generation = handle
+        progress = self._progress.get(tp)
+        entry = self._entries.get((tp, offset))
+        if (
+            progress is None
+            or progress.epoch != epoch
+            or entry is None
+            or not entry.leased
+            or entry.redeliveries != generation
+        ):
+            raise _LostLease(
+                f"message {_record_id(tp.topic, tp.partition, offset)} is no longer leased here: its "
+                "partition moved to another group member (it will be delivered again from the last "
+                "commit), or it was settled already",
+                provider="kafka",
+            )
+        return entry
+
+    def _settle(self, entry: _Entry) -> None:
+        """Mark ``entry`` done and let the next message of its key go (caller holds _state)."""
+        progress = self._progress[entry.tp]
+        progress.settle(entry.offset)
+        del self._entries[(entry.tp, entry.offset)]
+        entry.leased = False
+        key = entry.delivery.key
+        if key is not None:
+            self._busy_keys.discard(key)
+            waiting = self._waiting.get(key)
+            if waiting:
+                self._ready.appendleft(waiting.popleft())
+                if not waiting:
+                    del self._waiting[key]
+
+    def ack(self, handle: Any) -> None:
+        with self._state:
+            self._settle(self._leased_entry(handle))
+        self._commit_soon()
+
+    def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
+        out: list[BaseException | None] = []
+        with self._state:
+            for handle in handles:
+                try:
+                    self._settle(self._leased_entry(handle))
+                    out.append(None)
+                except _LostLease as exc:
+                    out.append(exc)
+        self._commit_soon()
+        return out
+
+    def nack(self, handle: Any, delay: float) -> None:
+        with self._state:
+            entry = self._leased_entry(handle)
+        if self.retry_topic is None:
+            with self._state:
+                entry = self._leased_entry(handle)
+                self._redeliver_locally(entry, delay)
+            return
+        delivery = entry.delivery
+        extra = {
+            _ATTEMPT: str(delivery.delivery_attempt + 1),
+            _DUE: str(_epoch_ms() + int(delay * 1000)),
+            _ORIGINAL_ID: delivery.id,
+            _PUBLISHED: str(int(delivery.publish_time.timestamp() * 1000)),
+        }
+        self._republish(self.retry_topic, entry, dict(delivery.attributes), extra)
+        with self._state:
+            self._settle(self._leased_entry(handle))
+        self._commit_soon()
+
+    def _redeliver_locally(self, entry: _Entry, delay: float) -> None:
+        """retry_topic=none: hold the record here, its offset uncommitted, and deliver it again later."""
+        entry.leased = False
+        entry.redeliveries += 1
+        old = entry.delivery
+        entry.delivery = dataclasses.replace(
+            old,
+            delivery_attempt=old.delivery_attempt + 1,
+            handle=(old.handle[0], entry.tp, entry.offset, entry.redeliveries),
+        )
+        key = old.key
+        if key is not None:
+            self._busy_keys.discard(key)
+        entry.due = time.monotonic() + delay
+        heapq.heappush(self._held, (entry.due, next(self._seq), entry))
+        self._buffered[entry.tp] = self._buffered.get(entry.tp, 0) + 1
+
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        if self.dead_letter_topic is None:
+            raise Unsupported("this Kafka subscription has no dead-letter topic (dead_letter_topic=none)")
+        with self._state:
+            entry = self._leased_entry(message.handle)
+        attributes = dict(entry.delivery.attributes)
+        attributes.update(
+            {
+                _DL_REASON: reason,
+                _DL_SOURCE: self.settings.url_for(self.topic, self.settings.group),
+                _DL_ATTEMPTS: str(entry.delivery.delivery_attempt),
+                _DL_ORIGINAL: entry.delivery.id,
+            }
+        )
+        self._republish(self.dead_letter_topic, entry, attributes, None)
+        with self._state:
+            self._settle(self._leased_entry(message.handle))
+        self._commit_soon()
+
+    def dead_letter_url(self) -> str | None:
+        if self.dead_letter_topic is None:
+            return None
+        return self.settings.url_for(
+            self.dead_letter_topic, f"{self.settings.group}.dlq", retry_topic="none", dead_letter_topic="none"
+        )
+
+    def producer(self) -> Any:
+        """The producer of retry and dead-letter copies, started on first use."""
+        with self._state:
+            producer = self._producer
+        if producer is None:
+            producer = self._driver.new_producer()
+            with self._state:
+                if self._producer is None:
+                    self._producer = producer
+                else:
+                    producer.close(timeout=1)
+                    producer = self._producer
+        return producer
+
+    def _republish(self, topic: str, entry: _Entry, attributes: dict[str, str], extra: dict[str, str] | None) -> None:
+        record = entry.record
+        future = self.producer().send(
+            topic, value=entry.delivery.body, key=record.key, headers=_headers(attributes, extra)
+        )
+        future.get(timeout=remaining(self._wait))
+
+    # -- the rest ----------------------------------------------------------------------
+    def stats(self) -> QueueStats:
+        with self._poll_lock:
+            with self._state:
+                partitions = list(self._progress)
+                in_flight = sum(1 for e in self._entries.values() if e.leased)
+                delayed = len(self._held)
+                ready = len(self._ready) + sum(len(w) for w in self._waiting.values())
+            lag = 0
+            for tp in partitions:
+                high = self.consumer.highwater(tp)
+                if high is None:
+                    continue
+                try:
+                    position = self.consumer.position(tp, timeout_ms=1000)
+                except Exception:
+                    continue
+                lag += max(0, high - position)
+        return QueueStats(available=ready + lag, in_flight=in_flight, delayed=delayed, dead_letters=None)
+
+    def close(self) -> None:
+        with self._poll_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                offsets = self._offsets_to_commit()
+                if offsets:
+                    self.consumer.commit(offsets, timeout_ms=self._commit_timeout_ms)
+            except Exception as exc:
+                log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
+            finally:
+                self.consumer.close(autocommit=False, timeout_ms=self._commit_timeout_ms)
+                if self._producer is not None:
+                    self._producer.close(timeout=self.settings.request_timeout)
