@@ -12,9 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-CONNECTION_ENV = "PORTABLE_TEST_AZURITE_CONNECTION_STRING"
-KEY_ENV = "PORTABLE_TEST_AZURITE_ACCOUNT_KEY"
+from azure_support import CONNECTION_ENV, KEY_ENV, StubServer, blob_service
 
 
 @pytest.fixture(scope="session")
@@ -38,18 +36,6 @@ def azure(azurite: Any) -> Iterator[dict[str, str]]:
         }
 
 
-def blob_service(azure: dict[str, str]) -> Any:
-    from azure.storage.blob import BlobServiceClient
-
-    return BlobServiceClient.from_connection_string(azure["connection_string"])
-
-
-def queue_service(azure: dict[str, str]) -> Any:
-    from azure.storage.queue import QueueServiceClient
-
-    return QueueServiceClient.from_connection_string(azure["connection_string"])
-
-
 @pytest.fixture(scope="session")
 def blob_container(azure: dict[str, str]) -> str:
     """One container for the session; each test works under its own prefix."""
@@ -62,3 +48,18 @@ def blob_container(azure: dict[str, str]) -> str:
 def conn_query() -> str:
     """The query that points a driver at Azurite through its connection string."""
     return f"connection_string_env={CONNECTION_ENV}"
+
+
+@pytest.fixture
+def stub_server() -> Iterator[Any]:
+    """``stub_server(status, error_code, headers, delay)`` starts a StubServer, stopped after the test."""
+    started: list[StubServer] = []
+
+    def start(status: int, error_code: str = "", headers: dict[str, str] | None = None, delay: float = 0.0) -> StubServer:
+        server = StubServer(status, error_code, headers, delay)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.close()
