@@ -1,0 +1,582 @@
+"""``sqs://`` — Amazon SQS standard and FIFO queues through boto3.
+
+URLs:
+    ``sqs://QUEUE`` names a queue of the account and region the credentials
+    and ``region`` give; it is both a topic (publish) and a competing-consumer
+    subscription (receive). ``sqs://orders.fifo`` is a FIFO queue. The queue
+    must exist (``temporary()`` creates throwaway ones for the contract suite).
+
+Options:
+    ``region`` (str): e.g. ``eu-west-1``. Defaults to the SDK's chain.
+    ``endpoint_url`` (str): another endpoint (moto, LocalStack, ElasticMQ).
+    ``profile`` (str): a profile of ``~/.aws/config``.
+    ``owner`` (str): the 12-digit account that owns the queue, for a queue
+    shared from another account.
+    ``max_message_bytes`` (int): the largest body plus attributes to let
+    through. Defaults to 262,144 (256 KiB, the historical SQS limit, which
+    every queue takes); raise it up to the queue's ``MaximumMessageSize``
+    (AWS allows 1 MiB since 2025) to send larger messages.
+    ``timeout`` (float): per-request timeout in seconds; at least 25, so
+    that a 20-second long poll is not cut. Defaults to 30.
+
+Names and limits:
+    A queue name is 1-80 of ``A-Z a-z 0-9 - _``; a FIFO queue's ends in
+    ``.fifo`` (counted in the 80). Another name is InvalidURL before any
+    request. A message is at most ``max_message_bytes``, counted as SQS does:
+    body plus every attribute's name, data type and value; a larger one is
+    TooLarge before any request. At most 9 attributes (SQS takes 10; one is
+    kept for the body-encoding marker below). Batches hold up to 10 messages
+    and 256 KiB in all; ``publish_batch`` splits a larger batch by size.
+
+Bodies:
+    SQS bodies are XML text. A body that is UTF-8 without control characters
+    (tab, CR and LF are fine) is sent as it is, so other SQS consumers read
+    it unchanged; any other body is sent base64-encoded with the attribute
+    ``portable.body=base64`` and decoded on receipt. Base64 grows a body by a
+    third, so a binary body fits only if its encoded form does (TooLarge
+    before any request otherwise).
+
+Keys and idempotency:
+    ``key`` becomes the MessageGroupId: on a FIFO queue messages of a group
+    are delivered in order, one in flight at a time; on a standard queue it
+    is carried (SQS fair queues) and order is best effort. A FIFO message
+    without a key goes to the group ``portable``. ``idempotency_key`` becomes
+    the MessageDeduplicationId on a FIFO queue (SQS drops a repeat within 5
+    minutes); keys longer than 128 characters cannot occur (the portable
+    layer caps them). Without an idempotency key a FIFO publish sends a random
+    deduplication id, so content-based deduplication never drops two equal
+    bodies that the caller published twice on purpose. SQS answers a dropped
+    repeat with a new message id; the driver remembers the ids of its own
+    recent FIFO publishes and returns the first id for a repeat from the same
+    process.
+
+Leases:
+    The lease is the visibility timeout, in whole seconds (0 to 43,200):
+    ``receive`` sets it per call, ``extend_lease`` and ``nack(delay=)`` call
+    ChangeMessageVisibility. ``delivery_attempt`` is ApproximateReceiveCount.
+    A receive long-polls (WaitTimeSeconds up to 20, rounded up to a whole
+    second).
+
+Dead letters:
+    A queue with a redrive policy has ``native_dead_letter``: SQS itself moves
+    a message after ``maxReceiveCount`` receives, and ``dead_letter()`` sends
+    the message to the redrive target (with ``portable.dead_letter_reason`` and
+    as many of the other ``portable.dead_letter_*`` attributes as fit in 10)
+    and then deletes it here. The two steps are not atomic: a crash between
+    them leaves the message in both queues (at least once).
+    ``dead_letter_url`` opens the target as ``sqs://``.
+
+Retries:
+    botocore's retries are off (``retries={"total_max_attempts": 1}``); only
+    :mod:`portable.resilience` retries.
+
+As:
+    ``botocore.client.BaseClient``: the boto3 SQS client.
+
+Capabilities:
+    lease_extension, nack_delay, delivery_count; on FIFO queues also ordering
+    and publish_dedup (window 300 s); with a redrive policy native_dead_letter.
+    Not exactly_once: SQS accepts a stale receipt handle for DeleteMessage.
+
+Known differences:
+    * A stale receipt handle is usually accepted (the ack succeeds); an
+      invalid one is PreconditionFailed.
+    * moto (the test emulator) accepts control characters and does not lock
+      FIFO groups exactly as AWS does; the adapter tests run on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import json
+import math
+import re
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from typing import Any
+
+from portable.driver.messaging import (
+    MessagingCapabilities,
+    MessagingDriver,
+    OutgoingMessage,
+    QueueStats,
+    ReceivedMessage,
+    SubscriptionDriver,
+    TopicDriver,
+)
+from portable.errors import ErrorCode, InvalidURL, TooLarge
+from portable.urls import ParsedURL
+
+from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config
+
+__all__ = ["SQSMessaging", "check_queue_name"]
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+_ACCOUNT = re.compile(r"^\d{12}$")
+#: Attribute that marks a base64-encoded body.
+BODY_ATTRIBUTE = "portable.body"
+_NOT_TEXT = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_ASCII_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_DEFAULT_GROUP = "portable"
+_SQS_MAX_ATTRIBUTES = 10
+_BATCH_BYTES = 262144
+_DEDUP_WINDOW = 300.0
+_DEAD_LETTER_ATTRIBUTES = (
+    "portable.dead_letter_reason",
+    "portable.dead_letter_source",
+    "portable.delivery_attempts",
+    "portable.original_id",
+)
+_SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp", "MessageGroupId"]
+
+
+def check_queue_name(name: str) -> str:
+    """Return ``name`` if SQS accepts it as a queue name, else raise InvalidURL saying why."""
+    base = name[:-5] if name.endswith(".fifo") else name
+    if not _QUEUE_NAME.match(base) or len(name) > 80:
+        raise InvalidURL(
+            f"{name!r} is not an SQS queue name: use 1-80 characters of A-Z, a-z, 0-9, '-' and '_' "
+            "(a FIFO queue's name ends in '.fifo')"
+        )
+    return name
+
+
+def encode_body(body: bytes) -> tuple[str, bool]:
+    """SQS text for ``body`` and whether it is base64 (the body is not plain XML text)."""
+    if body.isascii():
+        if not _ASCII_CONTROL.search(body):
+            return body.decode("ascii"), False
+    else:
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            if not _NOT_TEXT.search(text):
+                return text, False
+    return base64.b64encode(body).decode("ascii"), True
+
+
+class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriver):
+    """One SQS queue: both the topic and the subscription."""
+
+    scheme = "sqs"
+
+    def __init__(
+        self,
+        queue: str,
+        *,
+        options: AWSOptions | None = None,
+        owner: str | None = None,
+        max_message_bytes: int = 262144,
+    ) -> None:
+        import boto3
+
+        self.queue = check_queue_name(queue)
+        self.fifo = queue.endswith(".fifo")
+        self.options = options or AWSOptions()
+        self.owner = owner
+        self.endpoint = self.options.describe("sqs")
+        self._max_bytes = max_message_bytes
+        timeout_options = replace(self.options, timeout=max(self.options.timeout, 25.0))
+        session = boto3.session.Session(**self.options.session_kwargs())
+        self.client: Any = session.client(
+            "sqs", config=boto_config(timeout_options, pool=32), **self.options.client_kwargs()
+        )
+        self._queue_url: str | None = None
+        self._dead_letter_arn: str | None = None
+        self._open_lock = threading.Lock()
+        self._recent: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._recent_lock = threading.Lock()
+        self.capabilities = self._capabilities()
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> SQSMessaging:
+        name = url.host
+        if not name:
+            raise InvalidURL(f"{url} names no queue: write sqs://QUEUE_NAME")
+        if url.path.strip("/"):
+            raise InvalidURL(f"{url}: an SQS queue URL is sqs://QUEUE_NAME, with no path")
+        options = AWSOptions.take(url)
+        owner = url.take_str("owner")
+        if owner is not None and not _ACCOUNT.match(owner):
+            raise InvalidURL(f"owner in {url} must be a 12-digit AWS account id")
+        max_bytes = url.take("max_message_bytes", int, 262144)
+        if not 1024 <= max_bytes <= 1048576:
+            raise InvalidURL(f"max_message_bytes in {url} must be from 1,024 to 1,048,576, got {max_bytes}")
+        url.done()
+        return cls(name, options=options, owner=owner, max_message_bytes=max_bytes)
+
+    def __repr__(self) -> str:
+        return f"SQSMessaging(queue={self.queue!r}, endpoint={self.endpoint!r})"
+
+    def _capabilities(self) -> MessagingCapabilities:
+        return MessagingCapabilities(
+            ordering=self.fifo,
+            native_dead_letter=self._dead_letter_arn is not None,
+            lease_extension=True,
+            exactly_once=False,
+            publish_dedup=self.fifo,
+            nack_delay=True,
+            delivery_count=True,
+            max_lease_seconds=43200.0,
+            min_lease_seconds=0.0,
+            lease_granularity_seconds=1.0,
+            max_message_bytes=self._max_bytes,
+            max_attributes=_SQS_MAX_ATTRIBUTES - 1,
+            dedup_window_seconds=_DEDUP_WINDOW if self.fifo else None,
+            max_batch=10,
+        )
+
+    # -- opening ---------------------------------------------------------
+    @property
+    def queue_url(self) -> str:
+        """The queue's URL, looked up on first use."""
+        url = self._queue_url
+        if url is None:
+            self._open()
+            url = self._queue_url
+            assert url is not None
+        return url
+
+    def _open(self) -> None:
+        with self._open_lock:
+            if self._queue_url is not None:
+                return
+            kwargs: dict[str, Any] = {"QueueName": self.queue}
+            if self.owner:
+                kwargs["QueueOwnerAWSAccountId"] = self.owner
+            url = self.client.get_queue_url(**kwargs)["QueueUrl"]
+            attrs = self.client.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["RedrivePolicy", "MaximumMessageSize"]
+            ).get("Attributes", {})
+            policy = attrs.get("RedrivePolicy")
+            if policy:
+                self._dead_letter_arn = json.loads(policy).get("deadLetterTargetArn")
+            queue_max = int(attrs.get("MaximumMessageSize", 262144))
+            self._max_bytes = min(self._max_bytes, queue_max)
+            self._queue_url = url
+            self.capabilities = self._capabilities()
+
+    def topic(self) -> SQSMessaging:
+        self._open()
+        return self
+
+    def subscription(self) -> SQSMessaging:
+        self._open()
+        return self
+
+    # -- publishing ------------------------------------------------------
+    def _entry(self, message: OutgoingMessage) -> tuple[dict[str, Any], int]:
+        """SendMessage arguments for ``message`` and its size as SQS counts it."""
+        text, encoded = encode_body(message.body)
+        size = len(text) if not encoded and message.body.isascii() else len(text.encode("utf-8"))
+        attributes: dict[str, Any] = {}
+        for name, value in message.attributes.items():
+            attributes[name] = {"DataType": "String", "StringValue": value}
+            size += len(name) + 6 + len(value.encode("utf-8"))
+        if encoded:
+            attributes[BODY_ATTRIBUTE] = {"DataType": "String", "StringValue": "base64"}
+            size += len(BODY_ATTRIBUTE) + 6 + 6
+        if size > self._max_bytes:
+            extra = " (the body is binary, so it travels base64-encoded, a third larger)" if encoded else ""
+            raise TooLarge(
+                f"the message is {size} bytes as SQS counts it (body, attribute names, types and values)"
+                f"{extra}; sqs://{self.queue} takes at most {self._max_bytes}; store large payloads in a "
+                "bucket and publish their key",
+                provider=self.scheme,
+            )
+        entry: dict[str, Any] = {"MessageBody": text}
+        if attributes:
+            entry["MessageAttributes"] = attributes
+        if self.fifo:
+            entry["MessageGroupId"] = message.key or _DEFAULT_GROUP
+            entry["MessageDeduplicationId"] = message.idempotency_key or uuid.uuid4().hex
+        elif message.key is not None:
+            entry["MessageGroupId"] = message.key
+        return entry, size
+
+    def _remembered(self, message: OutgoingMessage) -> str | None:
+        if not (self.fifo and message.idempotency_key):
+            return None
+        with self._recent_lock:
+            found = self._recent.get(message.idempotency_key)
+        if found is not None and time.monotonic() - found[1] < _DEDUP_WINDOW:
+            return found[0]
+        return None
+
+    def _remember(self, message: OutgoingMessage, message_id: str) -> None:
+        if not (self.fifo and message.idempotency_key):
+            return
+        with self._recent_lock:
+            self._recent[message.idempotency_key] = (message_id, time.monotonic())
+            self._recent.move_to_end(message.idempotency_key)
+            while len(self._recent) > 10_000:
+                self._recent.popitem(last=False)
+
+    def publish(self, message: OutgoingMessage) -> str:
+        entry, _size = self._entry(message)
+        known = self._remembered(message)
+        resp = self.client.send_message(QueueUrl=self._queue_url or self.queue_url, **entry)
+        message_id: str = resp["MessageId"]
+        if known is not None:
+            return known
+        self._remember(message, message_id)
+        return message_id
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        items = list(messages)
+        out: list[str | BaseException | None] = [None] * len(items)
+        batch: list[tuple[int, dict[str, Any]]] = []
+        batch_bytes = 0
+        for i, message in enumerate(items):
+            try:
+                entry, size = self._entry(message)
+            except TooLarge as exc:
+                out[i] = exc
+                continue
+            if batch and (len(batch) == 10 or batch_bytes + size > _BATCH_BYTES):
+                self._send_batch(items, batch, out)
+                batch, batch_bytes = [], 0
+            batch.append((i, entry))
+            batch_bytes += size
+        if batch:
+            self._send_batch(items, batch, out)
+        return [r if r is not None else RuntimeError("no result") for r in out]
+
+    def _send_batch(
+        self, items: list[OutgoingMessage], batch: list[tuple[int, dict[str, Any]]], out: list[Any]
+    ) -> None:
+        from botocore.exceptions import ClientError
+
+        entries = [{"Id": str(i), **entry} for i, entry in batch]
+        resp = self.client.send_message_batch(QueueUrl=self._queue_url or self.queue_url, Entries=entries)
+        for ok in resp.get("Successful", ()):
+            i = int(ok["Id"])
+            known = self._remembered(items[i])
+            out[i] = known or ok["MessageId"]
+            if known is None:
+                self._remember(items[i], ok["MessageId"])
+        for failed in resp.get("Failed", ()):
+            status = 400 if failed.get("SenderFault") else 500
+            out[int(failed["Id"])] = ClientError(
+                {
+                    "Error": {"Code": failed.get("Code", ""), "Message": failed.get("Message", "")},
+                    "ResponseMetadata": {"HTTPStatusCode": status},
+                },
+                "SendMessageBatch",
+            )
+
+    # -- receiving -------------------------------------------------------
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+        resp = self.client.receive_message(
+            QueueUrl=self._queue_url or self.queue_url,
+            MaxNumberOfMessages=max_messages,
+            WaitTimeSeconds=min(20, math.ceil(wait)),
+            VisibilityTimeout=math.ceil(lease),
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=_SYSTEM_ATTRIBUTES,
+        )
+        return [self._received(m) for m in resp.get("Messages", ())]
+
+    def _received(self, raw: dict[str, Any]) -> ReceivedMessage:
+        attributes = {
+            name: value.get("StringValue", "")
+            for name, value in (raw.get("MessageAttributes") or {}).items()
+            if "StringValue" in value
+        }
+        body_text: str = raw.get("Body", "")
+        if attributes.pop(BODY_ATTRIBUTE, None) == "base64":
+            body = base64.b64decode(body_text)
+        else:
+            body = body_text.encode("utf-8")
+        system = raw.get("Attributes") or {}
+        sent = system.get("SentTimestamp")
+        published = (
+            dt.datetime.fromtimestamp(int(sent) / 1000, dt.UTC) if sent else dt.datetime.now(dt.UTC)
+        )
+        group = system.get("MessageGroupId")
+        key = None if group is None or (self.fifo and group == _DEFAULT_GROUP) else group
+        return ReceivedMessage(
+            id=raw["MessageId"],
+            body=body,
+            attributes=attributes,
+            key=key,
+            publish_time=published,
+            delivery_attempt=max(1, int(system.get("ApproximateReceiveCount", 1))),
+            handle=raw["ReceiptHandle"],
+        )
+
+    def ack(self, handle: Any) -> None:
+        self.client.delete_message(QueueUrl=self._queue_url or self.queue_url, ReceiptHandle=handle)
+
+    def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
+        from botocore.exceptions import ClientError
+
+        items = list(handles)
+        out: list[BaseException | None] = [None] * len(items)
+        for start in range(0, len(items), 10):
+            chunk = items[start : start + 10]
+            entries = [{"Id": str(start + j), "ReceiptHandle": h} for j, h in enumerate(chunk)]
+            try:
+                resp = self.client.delete_message_batch(QueueUrl=self._queue_url or self.queue_url, Entries=entries)
+            except Exception as exc:
+                for j in range(len(chunk)):
+                    out[start + j] = exc
+                continue
+            for failed in resp.get("Failed", ()):
+                out[int(failed["Id"])] = ClientError(
+                    {"Error": {"Code": failed.get("Code", ""), "Message": failed.get("Message", "")}},
+                    "DeleteMessageBatch",
+                )
+        return out
+
+    def nack(self, handle: Any, delay: float) -> None:
+        self.client.change_message_visibility(
+            QueueUrl=self._queue_url or self.queue_url, ReceiptHandle=handle, VisibilityTimeout=math.ceil(delay)
+        )
+
+    def extend_lease(self, handle: Any, seconds: float) -> Any:
+        self.client.change_message_visibility(
+            QueueUrl=self._queue_url or self.queue_url, ReceiptHandle=handle, VisibilityTimeout=math.ceil(seconds)
+        )
+        return handle
+
+    # -- dead letters ----------------------------------------------------
+    def _dead_letter_name(self) -> tuple[str, str | None] | None:
+        """(queue name, region) of the redrive target, from its ARN."""
+        arn = self._dead_letter_arn
+        if not arn:
+            return None
+        parts = arn.split(":")
+        return parts[-1], (parts[3] if len(parts) > 3 and parts[3] else None)
+
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        target = self._dead_letter_name()
+        if target is None:
+            return super().dead_letter(message, reason)
+        name, _region = target
+        account = self._dead_letter_arn.split(":")[4] if self._dead_letter_arn else None
+        kwargs: dict[str, Any] = {"QueueName": name}
+        if account:
+            kwargs["QueueOwnerAWSAccountId"] = account
+        dlq_url = self.client.get_queue_url(**kwargs)["QueueUrl"]
+        attributes = dict(message.attributes)
+        extra = (reason, self.endpoint + "/" + self.queue, str(message.delivery_attempt), message.id)
+        for name_, value in zip(_DEAD_LETTER_ATTRIBUTES, extra, strict=True):
+            if len(attributes) >= _SQS_MAX_ATTRIBUTES - 1:
+                break  # keep one slot for the body marker; the reason always comes first
+            attributes[name_] = value
+        dlq_fifo = name.endswith(".fifo")
+        out = OutgoingMessage(message.body, attributes, message.key, None)
+        entry, _size = self._entry(out)
+        if dlq_fifo:
+            entry["MessageGroupId"] = message.key or _DEFAULT_GROUP
+            entry["MessageDeduplicationId"] = message.id
+        else:
+            entry.pop("MessageDeduplicationId", None)
+        self.client.send_message(QueueUrl=dlq_url, **entry)
+        self.ack(message.handle)
+        return None
+
+    def dead_letter_url(self) -> str | None:
+        target = self._dead_letter_name()
+        if target is None:
+            return None
+        name, region = target
+        query = [f"region={region or self.options.region}"] if (region or self.options.region) else []
+        if self.options.endpoint_url:
+            query.append(f"endpoint_url={self.options.endpoint_url}")
+        if self.options.profile:
+            query.append(f"profile={self.options.profile}")
+        return f"sqs://{name}" + (f"?{'&'.join(query)}" if query else "")
+
+    def stats(self) -> QueueStats:
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"]
+        attrs = self.client.get_queue_attributes(QueueUrl=self._queue_url or self.queue_url, AttributeNames=names)[
+            "Attributes"
+        ]
+        dead: int | None = None
+        target = self._dead_letter_name()
+        if target is not None:
+            dlq_url = self.client.get_queue_url(QueueName=target[0])["QueueUrl"]
+            dead_attrs = self.client.get_queue_attributes(
+                QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+            )["Attributes"]
+            dead = int(dead_attrs.get("ApproximateNumberOfMessages", 0))
+        return QueueStats(
+            available=int(attrs.get(names[0], 0)),
+            in_flight=int(attrs.get(names[1], 0)),
+            delayed=int(attrs.get(names[2], 0)),
+            dead_letters=dead,
+        )
+
+    # -- temporary queues for the contract suite ------------------------
+    @contextlib.contextmanager
+    def temporary(self, name: str) -> Iterator[str]:
+        """A fresh queue ``name`` (FIFO if this URL's queue is) with a dead-letter queue.
+
+        The redrive policy's maxReceiveCount is 1,000 (the most SQS takes), so
+        the portable layer's ``max_deliveries`` decides when to dead-letter.
+        """
+        suffix = ".fifo" if self.fifo else ""
+        base = check_queue_name(name[: 80 - 9])
+        attrs: dict[str, str] = {"FifoQueue": "true"} if self.fifo else {}
+        dlq = self.client.create_queue(QueueName=f"{base}-dlq{suffix}", Attributes=attrs)["QueueUrl"]
+        urls = [dlq]
+        try:
+            arn = self.client.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            redrive = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 1000})
+            main = self.client.create_queue(
+                QueueName=f"{base}{suffix}", Attributes={**attrs, "RedrivePolicy": redrive}
+            )["QueueUrl"]
+            urls.append(main)
+            yield self._url_for(f"{base}{suffix}")
+        finally:
+            for queue_url in reversed(urls):
+                with contextlib.suppress(Exception):
+                    self.client.delete_queue(QueueUrl=queue_url)
+
+    def _url_for(self, queue: str) -> str:
+        query = []
+        if self.options.region:
+            query.append(f"region={self.options.region}")
+        if self.options.endpoint_url:
+            query.append(f"endpoint_url={self.options.endpoint_url}")
+        if self.options.profile:
+            query.append(f"profile={self.options.profile}")
+        if self._max_bytes != 262144:
+            query.append(f"max_message_bytes={self._max_bytes}")
+        return f"sqs://{queue}" + (f"?{'&'.join(query)}" if query else "")
+
+    # -- classification and escape hatches ------------------------------
+    def code_of(self, exc: BaseException) -> ErrorCode:
+        code, _status = aws_error_code(exc)
+        if code in (
+            "ReceiptHandleIsInvalid",
+            "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
+            "MessageNotInflight",
+            "AWS.SimpleQueueService.MessageNotInflight",
+        ):
+            return ErrorCode.PRECONDITION_FAILED
+        if code == "InvalidParameterValue" and "receipt handle" in str(exc).lower():
+            return ErrorCode.PRECONDITION_FAILED
+        if code in ("AWS.SimpleQueueService.BatchRequestTooLong", "BatchRequestTooLong"):
+            return ErrorCode.TOO_LARGE
+        return super().code_of(exc)
+
+    def as_(self, kind: type[Any]) -> Any:
+        from botocore.client import BaseClient
+
+        if kind is BaseClient or isinstance(self.client, kind):
+            return self.client
+        return None
+
+    def close(self) -> None:
+        self.client.close()
