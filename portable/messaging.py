@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import math
 import re
@@ -72,7 +71,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import urls
 from ._redact import redact
@@ -97,6 +96,7 @@ from .errors import (
     TooLarge,
     Unsupported,
 )
+from .idempotency import Claim, IdempotencyStore, fingerprint
 from .resilience import Guard, ResiliencePolicy
 
 if TYPE_CHECKING:
@@ -548,30 +548,9 @@ class Message:
             self._sub._dead_letter(self, reason, self._sub._dead_letter_target(None))
 
 
-# ---------------------------------------------------------------- idempotency (protocol of portable.idempotency)
-@dataclass(frozen=True)
-class Claim:
-    """The answer of :meth:`IdempotencyStore.claim` (mirrors ``portable.idempotency.Claim``)."""
-
-    status: Literal["acquired", "completed", "in_progress"]
-    token: str | None
-    result: bytes | None
-
-
-class IdempotencyStore(Protocol):
-    """What ``run(..., idempotency=store)`` needs (``portable.idempotency`` provides stores)."""
-
-    def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Any: ...
-    def complete(self, key: str, token: str, result: bytes | None) -> None: ...
-    def release(self, key: str, token: str) -> None: ...
-
-
+# ---------------------------------------------------------------- idempotency
 def _fingerprint(body: bytes) -> str:
-    try:
-        from .idempotency import fingerprint  # type: ignore[attr-defined, unused-ignore]
-    except ImportError:
-        return hashlib.sha256(body).hexdigest()
-    return fingerprint(body)  # type: ignore[no-any-return, unused-ignore]
+    return fingerprint(body)
 
 
 def default_idempotency_key(message: Message) -> str | None:
@@ -949,6 +928,7 @@ class _Consumer:
         self.drain_timeout = drain_timeout
         self.stop = stop
         self.abandon = threading.Event()
+        self.finished = threading.Event()  # the drain is over: the lease keeper stops
         self.key_of = idempotency_key
         self.claim_lease = idempotency_lease
         self.claim_ttl = idempotency_ttl
@@ -956,6 +936,7 @@ class _Consumer:
         self.cond = threading.Condition(threading.Lock())
         self.held: dict[int, Message] = {}  # received, not yet settled or given up
         self.busy_keys: dict[str, deque[Message]] = {}
+        self.claims: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends]
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="portable-consumer")
 
     # -- bookkeeping ------------------------------------------------------
@@ -965,7 +946,7 @@ class _Consumer:
 
     def run(self) -> RunStats:
         keeper: threading.Thread | None = None
-        if self.sub.capabilities.lease_extension:
+        if self.sub.capabilities.lease_extension or getattr(self.store, "extend", None) is not None:
             keeper = threading.Thread(target=self._keep_leases, name="portable-lease-keeper", daemon=True)
             keeper.start()
         try:
@@ -973,6 +954,7 @@ class _Consumer:
         finally:
             self.stop.set()
             self._drain()
+            self.finished.set()
             self.pool.shutdown(wait=False, cancel_futures=True)
             if keeper is not None:
                 keeper.join(timeout=5)
@@ -1074,12 +1056,11 @@ class _Consumer:
 
     def _keep_leases(self) -> None:
         interval = max(0.05, min(self.lease / 4, 5.0))
-        done = threading.Event()
-        while not done.wait(interval):
-            if self.stop.is_set() and (not self.held or self.abandon.is_set()):
-                return
+        while not self.finished.wait(interval):
             with self.cond:
-                held = list(self.held.values())
+                held = list(self.held.values()) if self.sub.capabilities.lease_extension else []
+                claims = list(self.claims.values())
+            self._keep_claims(claims)
             for message in held:
                 if message.settled or message.lease_remaining > self.lease / 2:
                     continue
@@ -1091,8 +1072,32 @@ class _Consumer:
                     if not message.settled:
                         log.warning("could not extend the lease on message %s: %s", message.id, exc)
 
+    def _keep_claims(self, claims: list[list[Any]]) -> None:
+        """Extend idempotency claims of long handlers, where the store can (``extend``)."""
+        extend = getattr(self.store, "extend", None)
+        if extend is None:
+            return
+        now = time.monotonic()
+        for claim in claims:
+            key, token, ends = claim
+            if ends - now > self.claim_lease / 2:
+                continue
+            try:
+                extend(key, token, self.claim_lease)
+                claim[2] = now + self.claim_lease
+            except Exception as exc:
+                log.warning("could not extend the idempotency claim %s: %s", key, exc)
+
     # -- one message ------------------------------------------------------
     def _process(self, message: Message) -> None:
+        try:
+            self._process_once(message)
+        finally:
+            if self.claims:
+                with self.cond:
+                    self.claims.pop(id(message), None)
+
+    def _process_once(self, message: Message) -> None:
         if self.stop.is_set() and self.abandon.is_set():
             self._release(message)
             return
@@ -1123,6 +1128,9 @@ class _Consumer:
                 self._settle_nack(message, min(self.claim_lease, max(self._delay(message.delivery_attempt), 1.0)))
                 return
             token = claim.token
+            if token is not None:
+                with self.cond:
+                    self.claims[id(message)] = [key, token, time.monotonic() + self.claim_lease]
         try:
             result = self.handler(message)
         except Exception as exc:

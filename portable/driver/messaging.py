@@ -85,6 +85,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -375,6 +376,20 @@ class MessagingDriver(Classifier, abc.ABC):
     @abc.abstractmethod
     def subscription(self) -> SubscriptionDriver:
         """The receiving side of the URL. InvalidURL if the URL names no subscription."""
+
+    def temporary(self, name: str) -> AbstractContextManager[str]:
+        """Create a fresh, empty queue (or a topic with one subscription) called ``name``.
+
+        The new queue lives next to the one the URL names (same account, project,
+        region, database file); the context manager yields a URL that opens both
+        sides of it and deletes the queue on exit. ``portable contract`` runs the
+        messaging suite inside it, so a user's existing queues are never touched.
+        A provider that can dead-letter natively should give the temporary queue
+        a dead-letter destination too. Defaults to Unsupported.
+        """
+        from ..errors import Unsupported
+
+        raise Unsupported(f"{self.scheme}:// cannot create temporary queues for the contract suite")
 
     def close(self) -> None:
         """Release connections and threads."""
