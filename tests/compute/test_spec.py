@@ -1,0 +1,79 @@
+"""JobSpec normalisation: loose input in, canonical types out, typed errors for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from portable.compute import (
+    ComputeCapabilities,
+    JobSpec,
+    JobState,
+    Resources,
+    normalise_spec,
+    parse_memory,
+)
+from portable.errors import InvalidArgument, InvalidKey, Unsupported
+from portable.testing.compute_suite import BAD_SPECS
+
+
+@pytest.mark.parametrize(
+    ("given", "mib"),
+    [(512, 512), ("512", 512), ("512Mi", 512), ("2Gi", 2048), ("2GiB", 2048), ("1G", 954), ("1.5Gi", 1536), ("800MB", 763), ("1Ti", 1048576)],
+)
+def test_parse_memory(given: object, mib: int) -> None:
+    assert parse_memory(given) == mib
+
+
+@pytest.mark.parametrize("given", [0, -1, "lots", "2 parsecs", "", True, None, [1], float("nan")])
+def test_parse_memory_refuses(given: object) -> None:
+    with pytest.raises(InvalidArgument):
+        parse_memory(given)
+
+
+def test_normalise_gives_canonical_types() -> None:
+    spec = normalise_spec(
+        JobSpec(command=["python", "x.py"], resources={"cpu": "500m", "memory": "1Gi", "gpu": 0}, timeout=5, labels={"a": "b"})
+    )
+    assert spec.command == ("python", "x.py")
+    assert spec.resources == Resources(cpu=0.5, memory_mib=1024, gpu=0)
+    assert spec.timeout == 5.0 and isinstance(spec.timeout, float)
+    assert normalise_spec(JobSpec(command=["x"], resources=Resources(cpu=2))).resources == Resources(cpu=2.0)
+
+
+def test_fingerprint_ignores_the_key_and_sees_the_rest() -> None:
+    a = normalise_spec(JobSpec(command=["x"], idempotency_key="k1"))
+    b = normalise_spec(JobSpec(command=["x"], idempotency_key="k2"))
+    c = normalise_spec(JobSpec(command=["y"], idempotency_key="k1"))
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+    assert normalise_spec(JobSpec(command=["x"], env={"A": "1", "B": "2"})).fingerprint() == normalise_spec(
+        JobSpec(command=["x"], env={"B": "2", "A": "1"})
+    ).fingerprint()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_bad_specs(case: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        normalise_spec(JobSpec(**BAD_SPECS[case]))
+    assert len(str(err.value)) > 10
+
+
+def test_a_shell_line_gets_a_hint() -> None:
+    with pytest.raises(InvalidArgument, match=r"shlex\.split"):
+        normalise_spec(JobSpec(command="python train.py"))
+
+
+def test_bad_name_is_invalid_key() -> None:
+    with pytest.raises(InvalidKey):
+        normalise_spec(JobSpec(command=["x"], name="-leading-dash"))
+
+
+def test_gpus_need_the_capability() -> None:
+    with pytest.raises(Unsupported):
+        normalise_spec(JobSpec(command=["x"], resources={"gpu": 1}), ComputeCapabilities(gpus=False))
+    assert normalise_spec(JobSpec(command=["x"], resources={"gpu": 1}), ComputeCapabilities(gpus=True)).resources.gpu == 1
+
+
+def test_states_and_capabilities() -> None:
+    assert [s.terminal for s in JobState] == [False, False, True, True, True]
+    assert "containers" in ComputeCapabilities.flag_names()
+    assert ComputeCapabilities(preempt=True).supported() >= {"preempt", "logs", "cancel"}
