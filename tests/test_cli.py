@@ -100,7 +100,11 @@ def test_doctor_fails_on_a_broken_provider(work):
 def test_demo_runs_with_no_configuration(work):
     proc = run("demo", "--dir", str(work / "demo"), cwd=work)
     out = proc.stdout.decode()
-    assert "result:" in out
+    assert "job succeeded (exit code 0)" in out
+    assert "10 orders, total amount 545 (expected 545" in out
+    # every order's effect happened exactly once
+    processed = sorted(p.name for p in (work / "demo" / "objects" / "processed").iterdir() if not p.name.startswith("."))
+    assert processed == [f"order-{i:03d}.json" for i in range(1, 11)]
 
 
 def test_python_dash_m_portable_works_from_the_repo_without_install(tmp_path):
@@ -112,4 +116,4 @@ def test_python_dash_m_portable_works_from_the_repo_without_install(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr.decode()
-    assert b"result:" in proc.stdout
+    assert b"total amount 545 (expected 545" in proc.stdout
