@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from azure_support import CONNECTION_ENV, KEY_ENV, StubServer, blob_service
+from azure_support import CONNECTION_ENV, KEY_ENV, StubServer, blob_service, queue_service
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +63,23 @@ def stub_server() -> Iterator[Any]:
     yield start
     for server in started:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def queue_query(azure: dict[str, str]) -> str:
+    """The query that points a queue driver at Azurite (the account is the URL's netloc)."""
+    return f"queue_endpoint={azure['queue_endpoint']}&account_key_env={KEY_ENV}"
+
+
+@pytest.fixture
+def fresh_queue(azure: dict[str, str], unique_name: str) -> Iterator[str]:
+    """A new, empty queue and its ``-poison`` queue, deleted after the test; yields the queue's name."""
+    service = queue_service(azure)
+    service.create_queue(unique_name)
+    service.create_queue(f"{unique_name}-poison")
+    yield unique_name
+    for name in (unique_name, f"{unique_name}-poison"):
+        try:
+            service.delete_queue(name)
+        except Exception:
+            pass  # a test may have deleted it on purpose

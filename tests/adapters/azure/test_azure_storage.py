@@ -29,6 +29,7 @@ from portable.errors import (
 )
 from portable.resilience import BreakerPolicy, ResiliencePolicy, RetryPolicy, deadline
 from portable.storage import Bucket, open_bucket
+from portable.testing.fault_suite import StorageFaultSuite
 from portable.testing.storage_suite import StorageContract, contract_profile
 
 
@@ -306,3 +307,13 @@ def test_the_contract_profile_opens_an_az_bucket(blob_container: str, conn_query
     with open_bucket(url, profile=contract_profile(url)) as b:
         assert isinstance(b.driver, BlobStorage)
         assert b.provider == "az"
+
+
+class TestBlobFaults(StorageFaultSuite):
+    """Create-only puts with idempotency keys under injected faults: none lost, none doubled."""
+
+    fault_count = 300
+
+    @pytest.fixture
+    def fault_storage_url(self, blob_container: str, conn_query: str) -> str:
+        return f"az://{blob_container}/faults?{conn_query}"

@@ -1,0 +1,527 @@
+"""``azqueue://`` — Azure Storage Queues, on azure-storage-queue.
+
+URLs:
+    ``azqueue://ACCOUNT/QUEUE``: a queue of a storage account. It is both a
+    topic (publish) and a competing-consumer subscription (receive). The
+    queue must exist, unless ``create=true``.
+
+Options:
+    ``queue_endpoint`` (alias ``endpoint_url``) (str): the Queue service URL,
+        for Azurite ``http://127.0.0.1:10001/devstoreaccount1``. Defaults to
+        ``https://ACCOUNT.queue.core.windows.net`` or the connection string's
+        QueueEndpoint.
+    ``auth``, ``connection_string_env``, ``account_key_env``, ``sas_token_env``:
+        credentials, exactly as for ``az://`` (see :mod:`portable_azure.blob`);
+        a secret is never accepted in the URL.
+    ``encoding`` (str): how bytes become Azure's text messages. ``base64``
+        (default; what Azure Functions and the SDKs' ``TextBase64EncodePolicy``
+        read) carries any bytes, at 4/3 the size; ``text`` sends the body as
+        UTF-8 text, for consumers that read plain text, and refuses a body
+        that is not UTF-8 without XML-invalid control characters.
+    ``poison_queue`` (str): the dead-letter queue. Defaults to
+        ``QUEUE-poison`` (Azure Functions' convention); ``none`` turns the
+        native dead letter off (the portable layer then needs ``dead_letter=``).
+    ``time_to_live`` (int): seconds a published message lives; ``-1`` for
+        ever. Defaults to Azure's 7 days.
+    ``max_poll_interval`` (float): the longest pause between two polls while
+        ``receive`` waits. Defaults to 1.0.
+    ``create`` (bool): create the queue (and the poison queue) when opened.
+        Defaults to false.
+    ``timeout`` / ``connection_timeout`` (float): per-request read and connect
+        timeouts in seconds. Defaults to 30 and 10.
+
+Names and limits:
+    A queue name is 3-63 lower-case letters, digits and single hyphens,
+    starting and ending with a letter or digit (InvalidURL otherwise). Azure
+    takes a message of at most 64 KiB of text: with ``base64`` that is 49,152
+    bytes; ``capabilities.max_message_bytes`` keeps 1 KiB of that for the
+    envelope below (48,128 with base64, 64,512 with text), and a message whose
+    envelope still does not fit raises TooLarge before any request.
+
+Envelope:
+    Azure messages have no attributes. A message with attributes or a key is
+    sent as ``portable/1\\n`` + a one-line JSON header (``{"a": attributes,
+    "k": key}``) + ``\\n`` + the body, then encoded; a plain body is sent as it
+    is, so other consumers read it unchanged (a plain body that happens to
+    start with ``portable/1\\n`` is framed, so decoding is unambiguous). A
+    message that is not valid base64 (sent as text by another producer) is
+    read as its UTF-8 bytes.
+
+Leases:
+    The lease is the visibility timeout, in whole seconds from 1 second to 7
+    days: ``receive`` sets it, ``extend_lease`` and ``nack(delay=)`` call
+    Update Message (``extend_lease`` returns the new pop receipt as the
+    handle). ``delivery_attempt`` is the dequeue count. Azure has no long
+    poll: ``receive(wait=)`` polls, pausing 50 ms, then longer, up to
+    ``max_poll_interval``. An ack or nack with a stale pop receipt (the lease
+    ran out and the message was received again) is PreconditionFailed, so
+    acks are exactly once.
+
+Dead letters:
+    Azure Storage Queues have none; this driver keeps one the way Azure
+    Functions does: ``dead_letter()`` sends the message (body, key,
+    attributes and the ``portable.dead_letter_*`` attributes) to the poison
+    queue, creating it on first use, then deletes it here. The two steps are
+    not atomic: a crash between them leaves the message in both (at least
+    once). ``dead_letter_url`` opens the poison queue as ``azqueue://``.
+
+Retries:
+    The azure-storage-queue client is built with ``retry_total=0`` and
+    ``retry_to_secondary=False``; only :mod:`portable.resilience` retries.
+
+As:
+    ``azure.storage.queue.QueueClient`` (this queue) and
+    ``azure.storage.queue.QueueServiceClient``.
+
+Capabilities:
+    lease_extension, nack_delay, delivery_count, exactly_once, and
+    native_dead_letter (the poison queue). No ordering (keys are carried),
+    no publish dedup (idempotency keys are carried as an attribute).
+    ``max_batch`` is 32 (Get Messages' limit); Azure has no batch send, so
+    ``publish_batch`` sends up to 8 messages at once (one key's in order).
+
+Known differences:
+    * ``stats().available`` is Azure's approximate message count, which
+      includes leased and delayed messages; ``in_flight`` and ``delayed`` are None.
+    * Azure Service Bus (ordering, sessions, native dead letters) is not
+      provided: no emulator runs here to verify it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import datetime as dt
+import json
+import math
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from portable.driver.messaging import (
+    MessagingCapabilities,
+    MessagingDriver,
+    OutgoingMessage,
+    QueueStats,
+    ReceivedMessage,
+    SubscriptionDriver,
+    TopicDriver,
+)
+from portable.errors import InvalidArgument, InvalidURL, TooLarge
+from portable.resilience import remaining
+from portable.urls import ParsedURL
+
+from ._common import (
+    AzureAuth,
+    AzureClassifier,
+    check_account_name,
+    check_container_or_queue_name,
+    error_code,
+    reject_inline_secrets,
+    resolve_auth,
+)
+
+__all__ = ["StorageQueueMessaging", "decode_message", "encode_message"]
+
+#: Azure's limit on a message's text.
+MAX_TEXT = 64 * 1024
+_ENVELOPE_RESERVE = 1024
+MAGIC = b"portable/1\n"
+_MAX_LEASE = 7 * 24 * 3600.0
+_PUBLISH_THREADS = 8
+_DEAD_LETTER_REASON = "portable.dead_letter_reason"
+
+
+# ------------------------------------------------------------------ envelope
+def encode_message(body: bytes, attributes: dict[str, str], key: str | None, encoding: str) -> str:
+    """The Azure message text for a body, its attributes and key (see the module docstring)."""
+    if attributes or key is not None or body.startswith(MAGIC):
+        header: dict[str, Any] = {}
+        if attributes:
+            header["a"] = attributes
+        if key is not None:
+            header["k"] = key
+        raw = MAGIC + json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" + body
+    else:
+        raw = body
+    if encoding == "base64":
+        return base64.b64encode(raw).decode("ascii")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument("encoding=text carries UTF-8 text only; this body is binary: use encoding=base64") from None
+    if any(ch < " " and ch not in "\t\n\r" for ch in text):
+        raise InvalidArgument("encoding=text cannot carry control characters (XML forbids them): use encoding=base64")
+    return text
+
+
+def decode_message(text: str, encoding: str) -> tuple[bytes, dict[str, str], str | None]:
+    """Invert :func:`encode_message`: ``(body, attributes, key)``."""
+    if encoding == "base64":
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raw = text.encode("utf-8")  # another producer sent plain text
+    else:
+        raw = text.encode("utf-8")
+    if not raw.startswith(MAGIC):
+        return raw, {}, None
+    end = raw.find(b"\n", len(MAGIC))
+    try:
+        header = json.loads(raw[len(MAGIC) : end])
+    except ValueError:
+        return raw, {}, None
+    attributes = header.get("a") or {}
+    key = header.get("k")
+    return raw[end + 1 :], {str(k): str(v) for k, v in attributes.items()}, key if isinstance(key, str) else None
+
+
+def _text_size(text: str, encoding: str) -> int:
+    return len(text) if encoding == "base64" else len(text.encode("utf-8"))
+
+
+class StorageQueueMessaging(AzureClassifier, MessagingDriver, TopicDriver, SubscriptionDriver):
+    """One Azure Storage queue: both sides, with a poison queue as its dead letter."""
+
+    scheme = "azqueue"
+
+    def __init__(
+        self,
+        queue: str,
+        *,
+        auth: AzureAuth,
+        encoding: str = "base64",
+        poison_queue: str | None = "",
+        time_to_live: int | None = None,
+        max_poll_interval: float = 1.0,
+        timeout: float = 30.0,
+        connection_timeout: float = 10.0,
+        url_query: str = "",
+    ) -> None:
+        """Open ``queue`` with the credentials of ``auth``; no request is sent.
+
+        Args:
+            poison_queue: the dead-letter queue's name; ``""`` for ``QUEUE-poison``,
+                None for no native dead letter.
+            url_query: the URL's options (never secrets), reused in
+                :meth:`dead_letter_url` and :meth:`temporary`.
+        """
+        from azure.storage.queue import QueueServiceClient
+
+        check_container_or_queue_name(queue, "queue")
+        if encoding not in ("base64", "text"):
+            raise InvalidURL(f"encoding={encoding!r}: use base64 (any bytes) or text (UTF-8 text)")
+        if poison_queue == "":
+            poison_queue = f"{queue}-poison"
+            if len(poison_queue) > 63:
+                raise InvalidURL(f"queue {queue!r} is too long for a '-poison' queue; name one with poison_queue=NAME")
+        if poison_queue is not None:
+            check_container_or_queue_name(poison_queue, "poison_queue")
+        self.queue = queue
+        self.poison_queue = poison_queue
+        self.encoding = encoding
+        self.auth = auth
+        self.endpoint = f"{auth.endpoint}/{queue}"
+        self._ttl = time_to_live
+        self._max_poll = max(0.05, max_poll_interval)
+        self._timeout = timeout
+        self._connection_timeout = connection_timeout
+        self._query = url_query
+        limit = (MAX_TEXT * 3 // 4 if encoding == "base64" else MAX_TEXT) - _ENVELOPE_RESERVE
+        self.capabilities = MessagingCapabilities(
+            ordering=False,
+            native_dead_letter=poison_queue is not None,
+            lease_extension=True,
+            exactly_once=True,
+            publish_dedup=False,
+            nack_delay=True,
+            delivery_count=True,
+            max_lease_seconds=_MAX_LEASE,
+            min_lease_seconds=1.0,
+            lease_granularity_seconds=1.0,
+            max_message_bytes=limit,
+            max_attributes=32,
+            dedup_window_seconds=None,
+            max_batch=32,
+        )
+        self._credential = auth.sdk_credential(asynchronous=False)
+        self._service = QueueServiceClient(
+            auth.endpoint,
+            credential=self._credential,
+            retry_total=0,
+            retry_to_secondary=False,
+            connection_timeout=connection_timeout,
+            read_timeout=timeout,
+            user_agent="portable-azure",
+        )
+        self._client = self._service.get_queue_client(queue)
+        self._poison_client = self._service.get_queue_client(poison_queue) if poison_queue else None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> StorageQueueMessaging:
+        """Open ``azqueue://ACCOUNT/QUEUE?...``."""
+        reject_inline_secrets(url)
+        account = url.host
+        queue = url.path.strip("/")
+        if not account or not queue or "/" in queue:
+            raise InvalidURL(f"{url}: write azqueue://ACCOUNT/QUEUE, e.g. azqueue://myaccount/orders")
+        check_container_or_queue_name(queue, "queue")
+        queue_endpoint = url.take_str("queue_endpoint")
+        endpoint_url = url.take_str("endpoint_url")
+        if queue_endpoint and endpoint_url:
+            raise InvalidURL(f"{url}: give queue_endpoint or endpoint_url, not both")
+        endpoint = queue_endpoint or endpoint_url
+        if endpoint is None:
+            check_account_name(account)
+        encoding = (url.take_str("encoding", "base64") or "base64").lower()
+        poison = url.take_str("poison_queue", "")
+        time_to_live = url.take("time_to_live", int, 0)
+        max_poll = url.take("max_poll_interval", float, 1.0)
+        create = url.take("create", bool, False)
+        timeout = url.take("timeout", float, 30.0)
+        connection_timeout = url.take("connection_timeout", float, 10.0)
+        if time_to_live < -1 or max_poll <= 0 or timeout <= 0 or connection_timeout <= 0:
+            raise InvalidURL(f"{url}: time_to_live is -1 or >= 0 seconds; the timeouts must be positive")
+        auth = resolve_auth(url, "queue", account=account, endpoint=endpoint)
+        url.done()
+        if auth.account != account:
+            raise InvalidURL(f"{url}: the URL names account {account!r} but the credentials are for {auth.account!r}")
+        query = url.raw.partition("?")[2]
+        driver = cls(
+            queue,
+            auth=auth,
+            encoding=encoding,
+            poison_queue=None if (poison or "").lower() == "none" else poison,
+            time_to_live=time_to_live or None,
+            max_poll_interval=max_poll,
+            timeout=timeout,
+            connection_timeout=connection_timeout,
+            url_query=query,
+        )
+        if create:
+            driver.create()
+        return driver
+
+    def __repr__(self) -> str:
+        return f"StorageQueueMessaging(azqueue://{self.auth.account}/{self.queue}, {self.auth!r})"
+
+    # -- sides -----------------------------------------------------------
+    def topic(self) -> StorageQueueMessaging:
+        return self
+
+    def subscription(self) -> StorageQueueMessaging:
+        return self
+
+    # -- plumbing ----------------------------------------------------------
+    def _kw(self) -> dict[str, Any]:
+        left = remaining()
+        if left is None:
+            return {}
+        left = max(0.001, left)
+        return {"read_timeout": min(self._timeout, left), "connection_timeout": min(self._connection_timeout, left)}
+
+    def create(self) -> None:
+        """Create the queue and the poison queue if they do not exist."""
+        from azure.core.exceptions import ResourceExistsError
+
+        for client in (self._client, self._poison_client):
+            if client is not None:
+                with contextlib.suppress(ResourceExistsError):
+                    client.create_queue(**self._kw())
+
+    def _url_for(self, queue: str, **options: str) -> str:
+        pairs = [p for p in self._query.split("&") if p and p.split("=", 1)[0] not in ("poison_queue", "create", *options)]
+        pairs += [f"{k}={v}" for k, v in options.items()]
+        query = "&".join(pairs)
+        return f"azqueue://{self.auth.account}/{queue}" + (f"?{query}" if query else "")
+
+    def _text(self, message: OutgoingMessage) -> str:
+        text = encode_message(message.body, dict(message.attributes), message.key, self.encoding)
+        if _text_size(text, self.encoding) > MAX_TEXT:
+            raise TooLarge(
+                f"the message is {_text_size(text, self.encoding)} characters as Azure text (envelope and "
+                f"{self.encoding} included); Azure takes {MAX_TEXT}; store large payloads in a bucket",
+                provider=self.scheme,
+            )
+        return text
+
+    # -- publishing --------------------------------------------------------
+    def publish(self, message: OutgoingMessage) -> str:
+        return self._send(self._client, self._text(message))
+
+    def _send(self, client: Any, text: str) -> str:
+        sent = client.send_message(text, time_to_live=self._ttl, **self._kw())
+        return str(sent.id)
+
+    def _publisher(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(_PUBLISH_THREADS, thread_name_prefix="azqueue-publish")
+            return self._pool
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        items = list(messages)
+        texts = [self._text(m) for m in items]  # every size is checked before anything is sent
+        groups: dict[object, list[int]] = {}
+        for i, m in enumerate(items):
+            groups.setdefault(m.key if m.key is not None else ("", i), []).append(i)
+        results: list[str | BaseException] = [RuntimeError("not sent")] * len(items)
+
+        def send_group(indexes: list[int]) -> None:
+            failed: BaseException | None = None
+            for i in indexes:
+                if failed is not None:
+                    # Keep one key's order: a later message is not sent past a failed one; it
+                    # reports the same error, so the portable layer retries both, in order.
+                    results[i] = failed
+                    continue
+                try:
+                    results[i] = self._send(self._client, texts[i])
+                except Exception as exc:
+                    results[i] = failed = exc
+
+        if len(groups) == 1:
+            send_group(next(iter(groups.values())))
+        else:
+            list(self._publisher().map(send_group, groups.values()))
+        return results
+
+    # -- receiving -----------------------------------------------------------
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+        visibility = max(1, math.ceil(lease))
+        until = time.monotonic() + wait
+        left = remaining()
+        if left is not None:
+            until = min(until, time.monotonic() + left)
+        pause = 0.05
+        while True:
+            got = self._receive_once(max_messages, visibility)
+            now = time.monotonic()
+            if got or now >= until:
+                return got
+            time.sleep(min(pause, until - now))  # Azure has no long poll
+            pause = min(pause * 2, self._max_poll)
+
+    def _receive_once(self, max_messages: int, visibility: int) -> list[ReceivedMessage]:
+        out: list[ReceivedMessage] = []
+        pages = self._client.receive_messages(
+            messages_per_page=max_messages, max_messages=max_messages, visibility_timeout=visibility, **self._kw()
+        )
+        for item in pages:
+            body, attributes, key = decode_message(item.content or "", self.encoding)
+            out.append(
+                ReceivedMessage(
+                    id=item.id,
+                    body=body,
+                    attributes=attributes,
+                    key=key,
+                    publish_time=item.inserted_on or dt.datetime.now(dt.UTC),
+                    delivery_attempt=max(1, int(item.dequeue_count or 1)),
+                    handle=(item.id, item.pop_receipt),
+                )
+            )
+        return out
+
+    def ack(self, handle: Any) -> None:
+        message_id, pop_receipt = handle
+        self._client.delete_message(message_id, pop_receipt, **self._kw())
+
+    def nack(self, handle: Any, delay: float) -> None:
+        message_id, pop_receipt = handle
+        self._client.update_message(message_id, pop_receipt, visibility_timeout=math.ceil(delay), **self._kw())
+
+    def extend_lease(self, handle: Any, seconds: float) -> Any:
+        message_id, pop_receipt = handle
+        updated = self._client.update_message(
+            message_id, pop_receipt, visibility_timeout=max(1, math.ceil(seconds)), **self._kw()
+        )
+        return (message_id, updated.pop_receipt)
+
+    # -- dead letters ----------------------------------------------------------
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        if self._poison_client is None:
+            from portable.errors import Unsupported
+
+            raise Unsupported(f"{self.endpoint} has no poison queue (poison_queue=none)", provider=self.scheme)
+        attributes = dict(message.attributes)
+        attributes.update(
+            {
+                "portable.dead_letter_source": f"azqueue://{self.auth.account}/{self.queue}",
+                "portable.delivery_attempts": str(message.delivery_attempt),
+                "portable.original_id": message.id,
+            }
+        )
+        text = ""
+        for cut in (len(reason), 200, 0):  # shorten the reason until the envelope fits
+            attributes[_DEAD_LETTER_REASON] = reason[:cut] or "dead-lettered"
+            text = encode_message(message.body, attributes, message.key, self.encoding)
+            if _text_size(text, self.encoding) <= MAX_TEXT:
+                break
+        try:
+            self._send(self._poison_client, text)
+        except ResourceNotFoundError as exc:
+            if error_code(exc) != "QueueNotFound":
+                raise
+            self._poison_client.create_queue(**self._kw())  # created on first use, as Azure Functions does
+            self._send(self._poison_client, text)
+        self.ack(message.handle)
+
+    def dead_letter_url(self) -> str | None:
+        if self.poison_queue is None:
+            return None
+        return self._url_for(self.poison_queue, poison_queue="none")
+
+    def stats(self) -> QueueStats:
+        count = self._client.get_queue_properties(**self._kw()).approximate_message_count
+        dead = None
+        if self._poison_client is not None:
+            from azure.core.exceptions import ResourceNotFoundError
+
+            try:
+                dead = self._poison_client.get_queue_properties(**self._kw()).approximate_message_count
+            except ResourceNotFoundError:
+                dead = 0
+        return QueueStats(available=count, dead_letters=dead)
+
+    @contextlib.contextmanager
+    def temporary(self, name: str) -> Iterator[str]:
+        """A fresh queue ``name`` (and ``name-poison``) next to this one, deleted afterwards."""
+        queue = check_container_or_queue_name(name[:56].rstrip("-"), "queue")
+        created = []
+        try:
+            for q in (queue, f"{queue}-poison"):
+                self._service.create_queue(q, **self._kw())
+                created.append(q)
+            yield self._url_for(queue)
+        finally:
+            for q in created:
+                with contextlib.suppress(Exception):
+                    self._service.delete_queue(q)
+
+    # -- escape hatches ------------------------------------------------------
+    def as_(self, kind: type[Any]) -> Any:
+        from azure.storage.queue import QueueClient, QueueServiceClient
+
+        natives: dict[type[Any], Any] = {QueueClient: self._client, QueueServiceClient: self._service}
+        return natives.get(kind)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+        self._service.close()
+        close = getattr(self._credential, "close", None)
+        if callable(close):
+            close()
