@@ -364,8 +364,15 @@ class Topic:
         attributes[DEAD_LETTER_SOURCE] = _short(redact(source), 900)
         attributes[DELIVERY_ATTEMPTS] = str(message.delivery_attempt)
         attributes[ORIGINAL_ID] = message.id
-        idem = attributes.pop(IDEMPOTENCY_ATTRIBUTE, None)
-        out = self._outgoing(message.body, message.key, attributes, idem, allow_reserved=True)
+        return self._publish_keeping(message.body, message.key, attributes)
+
+    def _publish_keeping(self, body: bytes, key: str | None, attributes: Mapping[str, str]) -> str:
+        """Publish with ``portable.*`` attributes kept as they are and no provider dedup.
+
+        For moving messages (dead-lettering, redrive): the idempotency key stays an
+        attribute for consumers, but a provider must not drop the copy as a repeat.
+        """
+        out = self._outgoing(body, key, attributes or None, None, allow_reserved=True)
         return self._guard.call("publish", self._what, self._topic.publish, out)
 
     def as_(self, kind: type[T]) -> T:
