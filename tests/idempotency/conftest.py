@@ -1,0 +1,86 @@
+"""Store fixtures: every IdempotencyStore, each with a clock the test can move.
+
+``store_kit`` yields (store, clock); ``clock.advance(seconds)`` moves the
+store's clock (a fake one for the embedded stores; for Redis, whose leases run
+on the server's clock, it polls the server until that much time has passed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from portable.idempotency import BucketStore, IdempotencyStore, MemoryStore, SqliteStore
+from portable.storage import open_bucket
+from portable.testing.fault_suite import fault_profile
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class RedisClock:
+    """Leases run on the Redis server's clock: wait (polling it) until ``seconds`` have passed there."""
+
+    def __init__(self, store: object) -> None:
+        self.store = store
+
+    def advance(self, seconds: float) -> None:
+        target = self.store.server_time() + seconds  # type: ignore[attr-defined]
+        limit = time.monotonic() + seconds + 5.0
+        while self.store.server_time() < target:  # type: ignore[attr-defined]
+            assert time.monotonic() < limit, "the redis server's clock did not advance"
+            time.sleep(0.01)
+
+
+@dataclass
+class Kit:
+    name: str
+    store: IdempotencyStore
+    clock: FakeClock | RedisClock
+    url: str | None = None  # a URL other processes can open, if the store is shared
+
+
+STORES = ["memory", "sqlite", "file-bucket", "mem-bucket", "chaos-bucket", "redis"]
+
+
+def make_kit(name: str, tmp_path: Path, request: pytest.FixtureRequest, unique_name: str) -> Kit:
+    clock = FakeClock()
+    if name == "memory":
+        return Kit(name, MemoryStore(clock=clock), clock)
+    if name == "sqlite":
+        path = tmp_path / "idem.db"
+        return Kit(name, SqliteStore(path, clock=clock), clock, f"sqlite://{path}")
+    if name == "file-bucket":
+        url = f"file://{tmp_path}/records"
+        return Kit(name, BucketStore(open_bucket(url), prefix="idem", clock=clock), clock, url)
+    if name == "mem-bucket":
+        return Kit(name, BucketStore(open_bucket(f"mem://{unique_name}"), clock=clock), clock)
+    if name == "chaos-bucket":
+        # The store's own writes meet faults, lost replies included: every step must be safe to repeat.
+        url = f"chaos+mem://{unique_name}?seed=11&error_rate=0.3&retry_after=0"
+        return Kit(name, BucketStore(open_bucket(url, profile=fault_profile()), clock=clock), clock)
+    if name == "redis":
+        from portable.idempotency import open_store
+
+        info = request.getfixturevalue("redis_server")
+        url = f"{info.endpoints['url']}?prefix={unique_name}:"
+        store = open_store(url)
+        return Kit(name, store, RedisClock(store), url)
+    raise AssertionError(name)
+
+
+@pytest.fixture(params=STORES)
+def kit(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> Iterator[Kit]:
+    yield make_kit(request.param, tmp_path, request, unique_name)
