@@ -12,16 +12,16 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from tests.emulators import EMULATORS, EmulatorInfo, create
-from tests.emulators.azurite import shared_key_request
+from tests.emulators import EMULATORS, EmulatorInfo, create, harness
+from tests.emulators import azurite as azurite_module
 from tests.emulators.fixtures import REQUIRE_ENV, unavailable
 from tests.emulators.harness import (
     REPO_ROOT,
     free_port,
-    http_request,
     is_listening,
     is_loopback,
     listening_sockets,
@@ -31,6 +31,17 @@ from tests.emulators.kafka_wire import api_versions, check_broker
 from tests.emulators.redis_server import redis_command
 
 # --- one minimal real request per emulator --------------------------------------------
+
+# Generous: the first request to a cold JVM on a loaded 2-core machine can take seconds.
+TIMEOUT = 30.0
+
+
+def http_request(url: str, **kwargs: Any) -> tuple[int, bytes]:
+    return harness.http_request(url, timeout=TIMEOUT, **kwargs)
+
+
+def shared_key_request(url: str, method: str = "GET") -> tuple[int, bytes]:
+    return azurite_module.shared_key_request(url, method=method, timeout=TIMEOUT)
 
 
 def check_moto(info: EmulatorInfo) -> None:
@@ -61,7 +72,9 @@ def check_azurite(info: EmulatorInfo) -> None:
     queue = info.endpoints["queue_endpoint"]
     status, body = shared_key_request(f"{queue}/harness-queue", method="PUT")
     assert status == 201, body
-    assert f"BlobEndpoint={blob};" in info.endpoints["connection_string"]
+    # Checked without an assert, so a failure cannot print the key.
+    if f"BlobEndpoint={blob};" not in info.endpoints["connection_string"]:
+        pytest.fail("the connection string does not name the blob endpoint")
 
 
 def check_fake_gcs(info: EmulatorInfo) -> None:
@@ -107,9 +120,9 @@ def check_firestore(info: EmulatorInfo) -> None:
 
 
 def check_kafka_protocol(info: EmulatorInfo) -> None:
-    versions = api_versions(info.host, info.port)
+    versions = api_versions(info.host, info.port, timeout=TIMEOUT)
     assert 0 in versions and 1 in versions  # Produce, Fetch
-    brokers = check_broker(info.host, info.port)
+    brokers = check_broker(info.host, info.port, timeout=TIMEOUT)
     assert info.endpoints["bootstrap"] == f"{brokers[0].host}:{brokers[0].port}"
 
 
@@ -159,7 +172,10 @@ def test_start_answer_stop_leaves_nothing_behind(name: str) -> None:
     finally:
         emulator.stop()
     assert [record for record in processes if record.is_alive()] == []
-    assert [port for _, port in sockets if is_listening(port)] == []
+    assert listening_sockets(processes) == set()
+    # The ports the harness chose; a Java emulator's own ephemeral ports may be
+    # taken by someone else's process the moment they are freed, so not those.
+    assert [port for port in info.ports if is_listening(port)] == []
     assert emulator.processes() == set()
     assert emulator.info is None
 

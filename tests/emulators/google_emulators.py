@@ -239,6 +239,12 @@ class FirestoreEmulator(Emulator):
         return LaunchPlan(argv=argv, info=info)
 
     def health_check(self, info: EmulatorInfo, timeout: float) -> None:
-        status, body = http_request(info.endpoints["rest_url"] + "/", timeout=timeout)
-        if status != 200 or body.strip() != b"Ok":
+        # "GET /" answers "Ok" seconds before the first document call can be served on
+        # a loaded machine; reading a missing document warms the real path.
+        url = (
+            f"{info.endpoints['rest_url']}/v1/projects/{PROJECT}"
+            "/databases/(default)/documents/harness-probe/missing"
+        )
+        status, body = http_request(url, headers={"Authorization": "Bearer owner"}, timeout=timeout)
+        if status != 404 or b"NOT_FOUND" not in body:
             raise RuntimeError(f"firestore emulator answered {status}: {body[:200]!r}")

@@ -19,6 +19,7 @@ import abc
 import atexit
 import contextlib
 import dataclasses
+import functools
 import os
 import random
 import shutil
@@ -71,7 +72,8 @@ class EmulatorInfo:
         host: Always ``127.0.0.1``.
         port: The main port (the first of `ports`).
         pid: The PID of the process the harness started (the process-group leader).
-        ports: Every port the emulator listens on.
+        ports: Every port the harness chose for it (Java emulators also open
+            internal ports of their own, on loopback too).
         endpoints: Adapter-facing values, e.g. ``endpoint_url`` or ``bootstrap``.
         env: Environment variables that point the provider's own SDK at the
             emulator. Fixtures never export them; a test applies them itself
@@ -472,27 +474,27 @@ class Emulator(abc.ABC):
         raise AssertionError("unreachable")
 
     def _start_once(self) -> EmulatorInfo:
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
         run_dir = STATE_DIR / "run"
-        run_dir.mkdir(exist_ok=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _sweep_abandoned_workdirs(run_dir)
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=run_dir))
+        workdir = self._workdir
         self.log_path.write_text("")  # one log per start; `prepare` steps append to it
         started = time.monotonic()
         try:
-            plan = self.plan(self._workdir)
-            self.prepare(plan, self._workdir, self.log_path)
-        except EmulatorStartError:
-            self._remove_workdir()
-            raise
-        self._process = ManagedProcess(
-            plan.argv, log_path=self.log_path, env=plan.env, cwd=plan.cwd or self._workdir
-        )
-        self._process.start()
-        info = dataclasses.replace(plan.info, pid=self._process.pid)
-        try:
+            plan = self.plan(workdir)
+            self.prepare(plan, workdir, self.log_path)
+            self._process = ManagedProcess(
+                plan.argv, log_path=self.log_path, env=plan.env, cwd=plan.cwd or workdir
+            )
+            self._process.start()
+            if self._process.leader is not None:
+                leader = self._process.leader
+                (workdir / _OWNER_FILE).write_text(f"{leader.pid} {leader.start_time}\n")
+            info = dataclasses.replace(plan.info, pid=self._process.pid)
             self._wait_healthy(info, started + self.start_timeout)
-        except EmulatorStartError:
-            self.stop()
+        except BaseException:
+            self.stop()  # whatever failed, even Ctrl-C, leaves nothing running
             raise
         self._info = info
         _running.add(self)
@@ -508,7 +510,11 @@ class Emulator(abc.ABC):
                 raise EmulatorStartError(self._failure(f"exited with code {code} while starting"))
             try:
                 self.health_check(info, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
-                return
+                # The answer must come from our process, not from a stranger on the port.
+                owned = {port for _, port in listening_sockets(self._process.processes())}
+                if set(info.ports) <= owned:
+                    return
+                last_error = EmulatorError(f"ports {sorted(set(info.ports) - owned)} not ours yet")
             except Exception as exc:
                 last_error = exc
             if time.monotonic() >= deadline:
@@ -571,6 +577,28 @@ class Emulator(abc.ABC):
             self._workdir = None
 
 
+_OWNER_FILE = ".owner"
+_ABANDONED_AFTER = 24 * 3600.0
+
+
+def _sweep_abandoned_workdirs(run_dir: Path) -> None:
+    """Remove work folders left by emulators that died without `stop()` (say, a killed pytest).
+
+    A folder names its emulator's leader process in ``.owner``; one whose leader is
+    gone is removed, and one with no ``.owner`` is removed once a day old.
+    """
+    for workdir in run_dir.iterdir():
+        abandoned = False
+        try:
+            pid, start_time = map(int, (workdir / _OWNER_FILE).read_text().split())
+            abandoned = not ProcessRecord(pid, start_time).is_alive()
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                abandoned = time.time() - workdir.stat().st_mtime > _ABANDONED_AFTER
+        if abandoned:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
 def _lost_a_port_race(log_path: Path) -> bool:
     tail = log_tail(log_path, 80).lower()
     return any(marker in tail for marker in _BIND_ERRORS)
@@ -607,21 +635,9 @@ def http_request(
         return int(exc.code), bytes(exc.read())
 
 
+@functools.cache
 def java_major_version(java: str = "java") -> int | None:
     """The major version of `java` on PATH, or None when there is none."""
-    return _java_major_cached(java)
-
-
-_java_versions: dict[str, int | None] = {}
-
-
-def _java_major_cached(java: str) -> int | None:
-    if java not in _java_versions:
-        _java_versions[java] = _probe_java(java)
-    return _java_versions[java]
-
-
-def _probe_java(java: str) -> int | None:
     binary = shutil.which(java)
     if binary is None:
         return None
@@ -634,11 +650,10 @@ def _probe_java(java: str) -> int | None:
     for token in out.split():
         token = token.strip('"')
         if token[:1].isdigit():
-            head = token.split(".")[0].split("-")[0].split("+")[0]
-            major = int(head) if head.isdigit() else None
-            if major == 1:  # "1.8.0_..." style
-                return int(token.split(".")[1])
-            return major
+            parts = token.replace("-", ".").replace("+", ".").replace("_", ".").split(".")
+            if parts[0] == "1" and len(parts) > 1 and parts[1].isdigit():
+                return int(parts[1])  # "1.8.0_392" style
+            return int(parts[0]) if parts[0].isdigit() else None
     return None
 
 
