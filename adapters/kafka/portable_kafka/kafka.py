@@ -81,8 +81,9 @@ As:
 Capabilities:
     ordering (per key: same key -> same partition, and one message of a key in
     flight at a time), native_dead_letter (the dead-letter topic), nack_delay
-    (through the retry topic), delivery_count (a retry header counts attempts).
-    Not: lease_extension, exactly_once, publish_dedup.
+    (through the retry topic), delivery_count (a retry header counts attempts),
+    lease_extension (of the local lease, see Leases). Not: exactly_once (an ack is
+    a local mark until its offset is committed), publish_dedup.
 
 Delivery guarantees:
     Publishing is acknowledged by all in-sync replicas (acks=all) and the
@@ -101,15 +102,19 @@ Delivery guarantees:
     again and nothing is lost.
 
 Leases:
-    Kafka has no per-message lease: the partition assignment is the lease. A
-    received message stays leased to this member until it is settled or the
-    member loses its partition (it closes, dies, stops receiving for
-    ``max_poll_interval_ms``, or a rebalance moves the partition). Then every
-    unsettled message of the partition goes to the new owner, and ack or nack of
-    a message received before returns PreconditionFailed. The ``lease`` of
-    ``receive`` is therefore ignored, ``extend_lease`` is unsupported, and a
-    message that is neither acked nor nacked is not delivered again while this
-    member keeps its partition.
+    Kafka has no per-message lease: the partition assignment is the lease. While
+    this member holds a partition, no other member receives its messages; when it
+    loses the partition (it closes, dies, stops receiving for
+    ``max_poll_interval_ms``, or a rebalance moves the partition), every message
+    of the partition above the last commit goes to the new owner, and ack or nack
+    of a message received before returns PreconditionFailed.
+
+    Inside the member, the driver keeps the portable lease itself: a message not
+    settled within the ``lease`` of ``receive`` is delivered again by this member
+    (the next attempt; the old delivery's ack then fails with PreconditionFailed),
+    and ``extend_lease`` moves that local deadline. A local lease does not survive
+    the process: a restart redelivers from the last commit, attempt count reset.
+    Keep the ``max_poll_interval_ms`` above the longest gap between receives.
 
 Retries and dead letters:
     ``nack(delay)`` publishes a copy to the retry topic, carrying the next attempt
@@ -143,6 +148,7 @@ Known differences:
 # mypy: disable-error-code="import-untyped"
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import heapq
@@ -151,7 +157,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,10 +181,10 @@ from portable.errors import (
     Unsupported,
 )
 from portable.resilience import remaining
-from portable.urls import ParsedURL
+from portable.urls import ParsedURL, parse_url
 
 from ._progress import PartitionProgress
-from ._settings import KafkaSettings, parse_settings, read_password
+from ._settings import KafkaSettings, check_topic_name, parse_settings, read_password
 
 __all__ = ["KafkaMessaging"]
 
@@ -202,6 +208,11 @@ _RECORD_OVERHEAD = 512
 _PAUSE_AT = 1000
 #: Acks trigger a commit at most this often (seconds); receive and close always commit.
 _ACK_COMMIT_INTERVAL = 0.2
+#: How long close() waits for LeaveGroup. A member whose JoinGroup is still parked at the
+#: coordinator gets no answer before that join completes (requests on a connection are
+#: answered in order), so waiting request_timeout would stall close for 30 s; the group
+#: drops a member that left without a word after session_timeout_ms anyway.
+_CLOSE_TIMEOUT_MS = 3000
 
 
 class _LostLease(PreconditionFailed):
@@ -230,7 +241,7 @@ class KafkaMessaging(MessagingDriver):
         self.capabilities = MessagingCapabilities(
             ordering=True,
             native_dead_letter=settings.dead_letter_topic is not None,
-            lease_extension=False,
+            lease_extension=True,
             exactly_once=False,
             publish_dedup=False,
             nack_delay=True,
@@ -370,6 +381,29 @@ class KafkaMessaging(MessagingDriver):
             self._narrow(limits.get(s.topic))
             self._subscription = KafkaSubscription(self)
         return self._subscription
+
+    @contextlib.contextmanager
+    def temporary(self, name: str) -> Iterator[str]:
+        """A fresh topic and group named ``name`` on these brokers, for one contract test.
+
+        Yields its URL; afterwards deletes the topic and its retry and
+        dead-letter topics (best effort: a broker may refuse deletion).
+        """
+        check_topic_name(name)
+        url = self.settings.url_for(name, name)
+        temp = parse_settings(parse_url(url))
+        try:
+            yield url
+        finally:
+            topics = [t for t in (temp.topic, temp.retry_topic, temp.dead_letter_topic) if t]
+            try:
+                admin = self.new_admin()
+                try:
+                    admin.delete_topics(topics, raise_errors=False)
+                finally:
+                    admin.close()
+            except Exception as exc:
+                log.warning("could not delete the temporary topics %s: %s", topics, exc)
 
     def _narrow(self, broker_limit: int | None) -> None:
         if broker_limit and broker_limit - _RECORD_OVERHEAD < self.capabilities.max_message_bytes:
@@ -554,8 +588,9 @@ class _Entry:
     record: Any  # kafka ConsumerRecord
     delivery: ReceivedMessage
     due: float = 0.0  # time.monotonic() when a held copy may be delivered
-    redeliveries: int = 0  # local redeliveries (retry_topic=none)
+    generation: int = 0  # deliveries of this record by this member, less one; part of the handle
     leased: bool = False
+    lease_ends: float = 0.0  # time.monotonic()
 
 
 class _Rebalance:
@@ -619,7 +654,8 @@ class KafkaSubscription(SubscriptionDriver):
         self._progress: dict[Any, PartitionProgress] = {}
         self._entries: dict[tuple[Any, int], _Entry] = {}
         self._ready: deque[_Entry] = deque()
-        self._held: list[tuple[float, int, _Entry]] = []  # (due, seq, entry): retry copies not yet due
+        self._held: list[tuple[float, int, _Entry]] = []  # (due, seq, entry): not yet due
+        self._leases: list[tuple[float, int, _Entry, int]] = []  # (ends, seq, entry, generation), lazy
         self._waiting: dict[str, deque[_Entry]] = {}  # key -> later records of a key in flight
         self._busy_keys: set[str] = set()
         self._buffered: dict[Any, int] = {}  # tp -> records fetched but not delivered
@@ -657,6 +693,8 @@ class KafkaSubscription(SubscriptionDriver):
             self._ready = deque(e for e in self._ready if e.tp not in gone)
             self._held = [h for h in self._held if h[2].tp not in gone]
             heapq.heapify(self._held)
+            self._leases = [h for h in self._leases if h[2].tp not in gone]
+            heapq.heapify(self._leases)
             for key in list(self._waiting):
                 kept = deque(e for e in self._waiting[key] if e.tp not in gone)
                 if kept:
@@ -718,7 +756,7 @@ class KafkaSubscription(SubscriptionDriver):
             self._commit_async()
             polled = False
             while True:
-                out = self._take(max_messages)
+                out = self._take(max_messages, lease)
                 if out:
                     return out
                 now = time.monotonic()
@@ -727,8 +765,9 @@ class KafkaSubscription(SubscriptionDriver):
                     return out
                 timeout = max(0.0, left)
                 with self._state:
-                    if self._held:
-                        timeout = min(timeout, max(0.0, self._held[0][0] - now))
+                    for heap in (self._held, self._leases):
+                        if heap:
+                            timeout = min(timeout, max(0.0, heap[0][0] - now))
                 records = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=max(max_messages, 10))
                 polled = True
                 if records:
@@ -791,20 +830,22 @@ class KafkaSubscription(SubscriptionDriver):
         )
         return _Entry(tp, record.offset, record, delivery, due=due)
 
-    def _take(self, max_messages: int) -> list[ReceivedMessage]:
+    def _take(self, max_messages: int, lease: float) -> list[ReceivedMessage]:
         """Deliver up to ``max_messages`` ready entries, one in flight per key (caller holds _poll_lock)."""
         now = time.monotonic()
         out: list[ReceivedMessage] = []
         with self._state:
+            self._expire(now)
             held = self._held
             while held and held[0][0] <= now:
-                entry = heapq.heappop(held)[2]
-                self._ready.append(entry)
+                self._ready.append(heapq.heappop(held)[2])
             ready = self._ready
             busy = self._busy_keys
+            entries = self._entries
+            ends = now + lease
             while ready and len(out) < max_messages:
                 entry = ready.popleft()
-                if (entry.tp, entry.offset) not in self._entries:
+                if entries.get((entry.tp, entry.offset)) is not entry:
                     continue  # dropped by a rebalance
                 key = entry.delivery.key
                 if key is not None:
@@ -813,9 +854,41 @@ class KafkaSubscription(SubscriptionDriver):
                         continue
                     busy.add(key)
                 entry.leased = True
+                entry.lease_ends = ends
+                heapq.heappush(self._leases, (ends, next(self._seq), entry, entry.generation))
                 self._buffered[entry.tp] = self._buffered.get(entry.tp, 1) - 1
                 out.append(entry.delivery)
         return out
+
+    def _expire(self, now: float) -> None:
+        """Take back deliveries whose lease ended; they go first, ahead of their key (caller holds _state)."""
+        leases = self._leases
+        expired: list[_Entry] = []
+        while leases and leases[0][0] <= now:
+            _, _, entry, generation = heapq.heappop(leases)
+            if not entry.leased or entry.generation != generation:
+                continue  # settled, or delivered again since
+            if entry.lease_ends > now:  # extended: look again then
+                heapq.heappush(leases, (entry.lease_ends, next(self._seq), entry, generation))
+                continue
+            self._again(entry)
+            expired.append(entry)
+        if expired:
+            self._ready.extendleft(reversed(expired))
+
+    def _again(self, entry: _Entry) -> None:
+        """Make a leased entry deliverable again as its next attempt; its old handle goes stale."""
+        entry.leased = False
+        entry.generation += 1
+        old = entry.delivery
+        entry.delivery = dataclasses.replace(
+            old,
+            delivery_attempt=old.delivery_attempt + 1,
+            handle=(old.handle[0], entry.tp, entry.offset, entry.generation),
+        )
+        if old.key is not None:
+            self._busy_keys.discard(old.key)
+        self._buffered[entry.tp] = self._buffered.get(entry.tp, 0) + 1
 
     def _pace(self) -> None:
         """Pause partitions whose fetched records pile up here; resume them when they drain."""
@@ -840,7 +913,7 @@ class KafkaSubscription(SubscriptionDriver):
             or progress.epoch != epoch
             or entry is None
             or not entry.leased
-            or entry.redeliveries != generation
+            or entry.generation != generation
         ):
             raise _LostLease(
                 f"message {_record_id(tp.topic, tp.partition, offset)} is no longer leased here: its "
@@ -904,20 +977,14 @@ class KafkaSubscription(SubscriptionDriver):
 
     def _redeliver_locally(self, entry: _Entry, delay: float) -> None:
         """retry_topic=none: hold the record here, its offset uncommitted, and deliver it again later."""
-        entry.leased = False
-        entry.redeliveries += 1
-        old = entry.delivery
-        entry.delivery = dataclasses.replace(
-            old,
-            delivery_attempt=old.delivery_attempt + 1,
-            handle=(old.handle[0], entry.tp, entry.offset, entry.redeliveries),
-        )
-        key = old.key
-        if key is not None:
-            self._busy_keys.discard(key)
+        self._again(entry)
         entry.due = time.monotonic() + delay
         heapq.heappush(self._held, (entry.due, next(self._seq), entry))
-        self._buffered[entry.tp] = self._buffered.get(entry.tp, 0) + 1
+
+    def extend_lease(self, handle: Any, seconds: float) -> Any:
+        with self._state:
+            self._leased_entry(handle).lease_ends = time.monotonic() + seconds
+        return handle
 
     def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
         if self.dead_letter_topic is None:
@@ -998,6 +1065,6 @@ class KafkaSubscription(SubscriptionDriver):
             except Exception as exc:
                 log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
             finally:
-                self.consumer.close(autocommit=False, timeout_ms=self._commit_timeout_ms)
+                self.consumer.close(autocommit=False, timeout_ms=_CLOSE_TIMEOUT_MS)
                 if self._producer is not None:
                     self._producer.close(timeout=self.settings.request_timeout)

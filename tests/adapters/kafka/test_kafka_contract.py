@@ -1,0 +1,34 @@
+"""The messaging contract on Apache Kafka 4 (KRaft, the reference) and on Tansu (no Java).
+
+Each test gets a fresh topic and consumer group (``unique_name``), with three
+partitions so that keys spread. Both brokers run with
+``session_timeout_ms=6000``: Tansu forms a group half a session timeout after
+the first join, so that is 3 s per new group there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from portable.testing.messaging_suite import MessagingContract
+from tests.emulators.harness import EmulatorInfo
+
+#: options every test URL carries: a short session (Tansu's join wait) and three partitions
+TEST_OPTIONS = "session_timeout_ms=6000&partitions=3"
+
+
+def kafka_url(broker: EmulatorInfo, name: str, **options: str) -> str:
+    extra = "".join(f"&{k}={v}" for k, v in options.items())
+    return f"kafka://{broker.endpoints['bootstrap']}/{name}?group={name}&{TEST_OPTIONS}{extra}"
+
+
+class TestApacheKafka(MessagingContract):
+    @pytest.fixture
+    def queue_url(self, kafka_broker: EmulatorInfo, unique_name: str) -> str:
+        return kafka_url(kafka_broker, unique_name)
+
+
+class TestTansu(MessagingContract):
+    @pytest.fixture
+    def queue_url(self, tansu_broker: EmulatorInfo, unique_name: str) -> str:
+        return kafka_url(tansu_broker, unique_name)
