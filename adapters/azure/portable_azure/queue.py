@@ -290,6 +290,8 @@ class StorageQueueMessaging(AzureClassifier, MessagingDriver, TopicDriver, Subsc
             raise InvalidURL(f"{url}: time_to_live is -1 or >= 0 seconds; the timeouts must be positive")
         auth = resolve_auth(url, "queue", account=account, endpoint=endpoint)
         url.done()
+        if auth.kind == "anonymous":
+            raise InvalidURL(f"{url}: Azure Storage Queues do not allow anonymous access; choose another auth")
         if auth.account != account:
             raise InvalidURL(f"{url}: the URL names account {account!r} but the credentials are for {auth.account!r}")
         query = url.raw.partition("?")[2]

@@ -312,7 +312,7 @@ def test_the_contract_profile_opens_an_az_bucket(blob_container: str, conn_query
 class TestBlobFaults(StorageFaultSuite):
     """Create-only puts with idempotency keys under injected faults: none lost, none doubled."""
 
-    fault_count = 300
+    fault_count = 200
 
     @pytest.fixture
     def fault_storage_url(self, blob_container: str, conn_query: str) -> str:
