@@ -96,7 +96,7 @@ from portable.errors import InvalidURL
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
-from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config
+from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config, new_client
 
 __all__ = ["S3Storage", "check_bucket_name"]
 
@@ -440,14 +440,9 @@ class S3Storage(AWSClassifier, StorageDriver):
     def _boto3_client(self) -> Any:
         with self._client_lock:
             if self._sync_client is None:
-                import boto3
-
-                session = boto3.session.Session(**self.options.session_kwargs())
                 extra = {"s3": dict(self._config_kwargs["s3"]), "signature_version": "s3v4"}
-                self._sync_client = session.client(
-                    "s3", config=boto_config(self.options, pool=self.batch_concurrency, **extra),
-                    **self.options.client_kwargs(),
-                )
+                config = boto_config(self.options, pool=self.batch_concurrency, **extra)
+                self._sync_client = new_client("s3", self.options, config)
             return self._sync_client
 
     def close(self) -> None:

@@ -22,25 +22,29 @@ Options:
 Names and limits:
     A queue name is 1-80 of ``A-Z a-z 0-9 - _``; a FIFO queue's ends in
     ``.fifo`` (counted in the 80). Another name is InvalidURL before any
-    request. A message is at most ``max_message_bytes``, counted as SQS does:
-    body plus every attribute's name, data type and value; a larger one is
-    TooLarge before any request. At most 9 attributes (SQS takes 10; one is
-    kept for the body-encoding marker below). Batches hold up to 10 messages
-    and 256 KiB in all; ``publish_batch`` splits a larger batch by size.
+    request. SQS counts a message's size as body plus every attribute's
+    name, data type and value; ``capabilities.max_message_bytes`` is
+    ``max_message_bytes`` less 74 bytes kept for what the driver adds (the
+    data-type names, the body attribute below), so with the default any body
+    plus attributes up to 262,070 bytes is delivered, text or binary, and a
+    larger one is TooLarge before any request. At most 9 attributes (SQS
+    takes 10; one is kept for the body attribute). Batches hold up to 10
+    messages and 256 KiB in all; ``publish_batch`` splits a batch by size.
 
 Bodies:
     SQS bodies are XML text. A body that is UTF-8 without control characters
-    (tab, CR and LF are fine) is sent as it is, so other SQS consumers read
-    it unchanged; any other body is sent base64-encoded with the attribute
-    ``portable.body=base64`` and decoded on receipt. Base64 grows a body by a
-    third, so a binary body fits only if its encoded form does (TooLarge
-    before any request otherwise).
+    (tab, CR and LF are fine) is sent as the message body, so other SQS
+    consumers read it unchanged. Any other body (binary, or empty) travels as
+    the Binary attribute ``portable.body`` (raw bytes, counted at their own
+    size, not base64's) under the one-character body ``.``, and comes back as
+    the body on receipt; that attribute is not shown among the attributes.
 
 Keys and idempotency:
     ``key`` becomes the MessageGroupId: on a FIFO queue messages of a group
     are delivered in order, one in flight at a time; on a standard queue it
     is carried (SQS fair queues) and order is best effort. A FIFO message
-    without a key goes to the group ``portable``. ``idempotency_key`` becomes
+    without a key gets a group of its own (``portable.nokey.<random>``), so
+    keyless messages are not ordered and never wait for one another. ``idempotency_key`` becomes
     the MessageDeduplicationId on a FIFO queue (SQS drops a repeat within 5
     minutes); keys longer than 128 characters cannot occur (the portable
     layer caps them). Without an idempotency key a FIFO publish sends a random
@@ -87,7 +91,6 @@ Known differences:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
 import json
@@ -113,17 +116,23 @@ from portable.driver.messaging import (
 from portable.errors import ErrorCode, InvalidURL, TooLarge
 from portable.urls import ParsedURL
 
-from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config
+from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config, new_client
 
 __all__ = ["SQSMessaging", "check_queue_name"]
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ACCOUNT = re.compile(r"^\d{12}$")
-#: Attribute that marks a base64-encoded body.
+#: The Binary attribute that carries a body SQS cannot carry as text.
 BODY_ATTRIBUTE = "portable.body"
+#: The message text of such a message (SQS needs a non-empty body).
+_PLACEHOLDER = "."
+#: What the driver may add beyond body + attribute names and values, as SQS counts
+#: size: the placeholder, the body attribute's name and type, and "String" per attribute.
+_OVERHEAD = len(_PLACEHOLDER) + len(BODY_ATTRIBUTE) + 6 + 6 * 9
 _NOT_TEXT = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ASCII_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
-_DEFAULT_GROUP = "portable"
+#: MessageGroupId prefix of a FIFO message published without a key: each gets its own group.
+_NO_KEY_GROUP = "portable.nokey."
 _SQS_MAX_ATTRIBUTES = 10
 _BATCH_BYTES = 262144
 _DEDUP_WINDOW = 300.0
@@ -147,20 +156,21 @@ def check_queue_name(name: str) -> str:
     return name
 
 
-def encode_body(body: bytes) -> tuple[str, bool]:
-    """SQS text for ``body`` and whether it is base64 (the body is not plain XML text)."""
+def text_body(body: bytes) -> str | None:
+    """``body`` as SQS message text, or None if SQS cannot carry it as text.
+
+    SQS bodies are XML characters: UTF-8 without control characters other
+    than tab, CR and LF, and not empty.
+    """
+    if not body:
+        return None
     if body.isascii():
-        if not _ASCII_CONTROL.search(body):
-            return body.decode("ascii"), False
-    else:
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-        else:
-            if not _NOT_TEXT.search(text):
-                return text, False
-    return base64.b64encode(body).decode("ascii"), True
+        return None if _ASCII_CONTROL.search(body) else body.decode("ascii")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if _NOT_TEXT.search(text) else text
 
 
 class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriver):
@@ -176,19 +186,14 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
         owner: str | None = None,
         max_message_bytes: int = 262144,
     ) -> None:
-        import boto3
-
         self.queue = check_queue_name(queue)
         self.fifo = queue.endswith(".fifo")
         self.options = options or AWSOptions()
         self.owner = owner
         self.endpoint = self.options.describe("sqs")
-        self._max_bytes = max_message_bytes
+        self._queue_max = max_message_bytes
         timeout_options = replace(self.options, timeout=max(self.options.timeout, 25.0))
-        session = boto3.session.Session(**self.options.session_kwargs())
-        self.client: Any = session.client(
-            "sqs", config=boto_config(timeout_options, pool=32), **self.options.client_kwargs()
-        )
+        self.client: Any = new_client("sqs", self.options, boto_config(timeout_options, pool=32))
         self._queue_url: str | None = None
         self._dead_letter_arn: str | None = None
         self._open_lock = threading.Lock()
@@ -228,7 +233,7 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
             max_lease_seconds=43200.0,
             min_lease_seconds=0.0,
             lease_granularity_seconds=1.0,
-            max_message_bytes=self._max_bytes,
+            max_message_bytes=self._queue_max - _OVERHEAD,
             max_attributes=_SQS_MAX_ATTRIBUTES - 1,
             dedup_window_seconds=_DEDUP_WINDOW if self.fifo else None,
             max_batch=10,
@@ -260,7 +265,7 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
             if policy:
                 self._dead_letter_arn = json.loads(policy).get("deadLetterTargetArn")
             queue_max = int(attrs.get("MaximumMessageSize", 262144))
-            self._max_bytes = min(self._max_bytes, queue_max)
+            self._queue_max = min(self._queue_max, queue_max)
             self._queue_url = url
             self.capabilities = self._capabilities()
 
@@ -275,28 +280,35 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
     # -- publishing ------------------------------------------------------
     def _entry(self, message: OutgoingMessage) -> tuple[dict[str, Any], int]:
         """SendMessage arguments for ``message`` and its size as SQS counts it."""
-        text, encoded = encode_body(message.body)
-        size = len(text) if not encoded and message.body.isascii() else len(text.encode("utf-8"))
+        body = message.body
+        text = text_body(body)
         attributes: dict[str, Any] = {}
+        size = 0
         for name, value in message.attributes.items():
             attributes[name] = {"DataType": "String", "StringValue": value}
             size += len(name) + 6 + len(value.encode("utf-8"))
-        if encoded:
-            attributes[BODY_ATTRIBUTE] = {"DataType": "String", "StringValue": "base64"}
-            size += len(BODY_ATTRIBUTE) + 6 + 6
-        if size > self._max_bytes:
-            extra = " (the body is binary, so it travels base64-encoded, a third larger)" if encoded else ""
+        if text is not None:
+            size += len(body)
+        else:
+            text = _PLACEHOLDER
+            if body:
+                attributes[BODY_ATTRIBUTE] = {"DataType": "Binary", "BinaryValue": body}
+                size += len(_PLACEHOLDER) + len(BODY_ATTRIBUTE) + 6 + len(body)
+            else:
+                attributes[BODY_ATTRIBUTE] = {"DataType": "String", "StringValue": "empty"}
+                size += len(_PLACEHOLDER) + len(BODY_ATTRIBUTE) + 6 + 5
+        if size > self._queue_max:
             raise TooLarge(
-                f"the message is {size} bytes as SQS counts it (body, attribute names, types and values)"
-                f"{extra}; sqs://{self.queue} takes at most {self._max_bytes}; store large payloads in a "
-                "bucket and publish their key",
+                f"the message is {size} bytes as SQS counts it (body, attribute names, types and values); "
+                f"sqs://{self.queue} takes at most {self._queue_max}; store large payloads in a bucket "
+                "and publish their key",
                 provider=self.scheme,
             )
         entry: dict[str, Any] = {"MessageBody": text}
         if attributes:
             entry["MessageAttributes"] = attributes
         if self.fifo:
-            entry["MessageGroupId"] = message.key or _DEFAULT_GROUP
+            entry["MessageGroupId"] = message.key or _NO_KEY_GROUP + uuid.uuid4().hex
             entry["MessageDeduplicationId"] = message.idempotency_key or uuid.uuid4().hex
         elif message.key is not None:
             entry["MessageGroupId"] = message.key
@@ -391,18 +403,20 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
             for name, value in (raw.get("MessageAttributes") or {}).items()
             if "StringValue" in value
         }
-        body_text: str = raw.get("Body", "")
-        if attributes.pop(BODY_ATTRIBUTE, None) == "base64":
-            body = base64.b64decode(body_text)
+        marker = (raw.get("MessageAttributes") or {}).get(BODY_ATTRIBUTE)
+        if marker is None:
+            body = str(raw.get("Body", "")).encode("utf-8")
         else:
-            body = body_text.encode("utf-8")
+            attributes.pop(BODY_ATTRIBUTE, None)
+            binary = marker.get("BinaryValue")
+            body = bytes(binary) if binary is not None else b""
         system = raw.get("Attributes") or {}
         sent = system.get("SentTimestamp")
         published = (
             dt.datetime.fromtimestamp(int(sent) / 1000, dt.UTC) if sent else dt.datetime.now(dt.UTC)
         )
         group = system.get("MessageGroupId")
-        key = None if group is None or (self.fifo and group == _DEFAULT_GROUP) else group
+        key = None if group is None or group.startswith(_NO_KEY_GROUP) else group
         return ReceivedMessage(
             id=raw["MessageId"],
             body=body,
@@ -477,7 +491,7 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
         out = OutgoingMessage(message.body, attributes, message.key, None)
         entry, _size = self._entry(out)
         if dlq_fifo:
-            entry["MessageGroupId"] = message.key or _DEFAULT_GROUP
+            entry["MessageGroupId"] = message.key or _NO_KEY_GROUP + uuid.uuid4().hex
             entry["MessageDeduplicationId"] = message.id
         else:
             entry.pop("MessageDeduplicationId", None)
@@ -551,8 +565,8 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
             query.append(f"endpoint_url={self.options.endpoint_url}")
         if self.options.profile:
             query.append(f"profile={self.options.profile}")
-        if self._max_bytes != 262144:
-            query.append(f"max_message_bytes={self._max_bytes}")
+        if self._queue_max != 262144:
+            query.append(f"max_message_bytes={self._queue_max}")
         return f"sqs://{queue}" + (f"?{'&'.join(query)}" if query else "")
 
     # -- classification and escape hatches ------------------------------
