@@ -579,7 +579,7 @@ class GCSStorage(StorageDriver):
     def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
     ) -> str:
-        from google.cloud import storage  # type: ignore[import-untyped]
+        from google.cloud import storage  # type: ignore[attr-defined, import-untyped, unused-ignore]
 
         if self._signer is None:  # the Bucket checks the capability first; this is a safety net
             from portable.errors import Unsupported
