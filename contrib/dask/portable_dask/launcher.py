@@ -1,0 +1,669 @@
+# mypy: disable-error-code="no-untyped-call"
+"""``dask://`` and ``dask+local://`` — jobs on a Dask cluster.
+
+URLs:
+    ``dask://HOST:PORT`` connects to a running scheduler
+    (``dask://127.0.0.1:8786``). ``dask+local://?workers=2`` starts a
+    ``distributed.LocalCluster`` of worker processes on 127.0.0.1, without a
+    dashboard, owned by this launcher and closed with it.
+
+Options:
+    ``grace`` (float): seconds between SIGTERM and SIGKILL when a command is
+    cancelled, times out or is preempted. Defaults to 10.
+    ``timeout`` (float, ``dask://`` only): seconds to wait for the scheduler
+    when connecting. Defaults to 10.
+    ``workers`` (int, ``dask+local://`` only): worker processes. Defaults to 2.
+    ``threads`` (int, ``dask+local://`` only): threads per worker, i.e. jobs
+    each worker runs at once. Defaults to 1.
+
+How jobs map onto Dask:
+    Each attempt is one task (key ``<job id>-<attempt>``, ``pure=False``).
+    A command runs in a subprocess on the worker, in its own session; its
+    output is streamed to the scheduler's event log (topic
+    ``portable-log-<job id>``), which ``logs()`` reads. Start events go to a
+    topic the launcher subscribes to, so a job turns RUNNING when its task
+    starts on a worker, not when it is queued. Retries, preemption and
+    timeouts are run by the launcher (a failed or preempted attempt is
+    resubmitted as a new task), so ``PORTABLE_JOB_ATTEMPT`` counts attempts
+    and a preempted attempt does not use up a retry. Cancel cancels the
+    future and signals the command's process group on its worker
+    (``Client.run``). Dask's own task retries are not used.
+
+Python callables: :func:`submit_callable` runs ``fn(*args, **kwargs)`` as
+a job with the same states, retries and idempotency;
+:meth:`DaskLauncher.result` returns its value. A running callable cannot be
+interrupted (Dask cannot stop a thread): cancel, timeout and preempt mark
+the job at once, but the call runs on in its worker thread and its result
+is dropped. Callables have no logs beyond their error.
+
+Errors: ``distributed``'s connection errors (``CommClosedError``,
+``OSError``, ``TimeoutError``) are UNAVAILABLE and retried by the portable
+layer; ``distributed.comm.retry.count`` stays at its default of 0, so the
+client does not retry on its own.
+
+Capabilities: logs, cancel, checkpoints, preempt, timeouts, retries,
+idempotent_submit. Not detached: jobs belong to this launcher's client. When
+its process exits, Dask forgets them (a running command is left to finish),
+and another process cannot see them. No containers (``image`` is ignored),
+no GPUs; ``resources`` are not mapped onto Dask worker resources.
+
+Known differences:
+    * Job records and idempotency keys live in this launcher, not in the
+      scheduler: a second launcher, or another process, does not see them.
+    * Each job keeps an event topic in the scheduler for its logs until the
+      scheduler restarts.
+
+As: ``distributed.Client``; ``distributed.LocalCluster`` for ``dask+local://``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import datetime as dt
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed import Client, Future, LocalCluster, get_worker
+from distributed.comm.core import CommClosedError
+
+from portable.compute import Job, JobSpec, Launcher, normalise_spec
+from portable.driver.compute import ComputeCapabilities, ComputeDriver, JobState, JobStatus
+from portable.errors import ErrorCode, IdempotencyConflict, InvalidURL, NotFound, Unsupported
+from portable.urls import ParsedURL
+
+__all__ = ["DaskLauncher", "submit_callable"]
+
+_LOG_FLUSH = 0.05
+
+# ---------------------------------------------------------------- on the workers
+#: (job id, attempt) -> the command's process, on each worker
+_PROCS: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+#: (job id, attempt) -> grace of a stop that came before the process existed
+_DOOMED: dict[tuple[str, int], float] = {}
+_PROCS_LOCK = threading.Lock()
+
+
+def _kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM the process group, SIGKILL it after ``grace`` seconds if still there."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+    if grace <= 0:
+        return
+
+    def later() -> None:
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    threading.Thread(target=later, daemon=True, name="portable-kill").start()
+
+
+def _stop_attempt(job_id: str, attempt: int, grace: float) -> bool:
+    """Run on a worker by ``Client.run``: stop an attempt's command."""
+    with _PROCS_LOCK:
+        proc = _PROCS.get((job_id, attempt))
+        if proc is None:
+            _DOOMED[(job_id, attempt)] = grace
+            return False
+    _kill_group(proc, grace)
+    return True
+
+
+def _run_command(
+    job_id: str,
+    attempt: int,
+    command: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    timeout: float | None,
+    grace: float,
+    topic: str,
+) -> dict[str, Any]:
+    """The task of one attempt of a command job."""
+    worker = get_worker()
+    worker.log_event(topic, {"job": job_id, "attempt": attempt, "event": "started", "worker": worker.address})
+    log_topic = f"portable-log-{job_id}"
+    try:
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        text = f"portable: cannot start {command[0]!r}: {exc}\n"
+        worker.log_event(log_topic, {"attempt": attempt, "text": text})
+        return {"exit_code": None, "error": f"cannot start {command[0]!r}: {exc.strerror or exc}"}
+    with _PROCS_LOCK:
+        _PROCS[(job_id, attempt)] = proc
+        doomed = _DOOMED.pop((job_id, attempt), None)
+    if doomed is not None:
+        _kill_group(proc, doomed)
+    assert proc.stdout is not None
+    stream = proc.stdout
+
+    def pump() -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        pending: list[str] = []
+        last = time.monotonic()
+        while True:
+            chunk = stream.read1(65536)  # type: ignore[attr-defined]  # a BufferedReader
+            if chunk:
+                pending.append(decoder.decode(chunk))
+            now = time.monotonic()
+            if pending and (not chunk or now - last >= _LOG_FLUSH):
+                worker.log_event(log_topic, {"attempt": attempt, "text": "".join(pending)})
+                pending.clear()
+                last = now
+            if not chunk:
+                tail = decoder.decode(b"", final=True)
+                if tail:
+                    worker.log_event(log_topic, {"attempt": attempt, "text": tail})
+                return
+
+    reader = threading.Thread(target=pump, daemon=True, name=f"portable-log-{job_id}")
+    reader.start()
+    timed_out = False
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc, grace)
+        code = proc.wait()
+    finally:
+        with _PROCS_LOCK:
+            _PROCS.pop((job_id, attempt), None)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what the attempt left behind
+    reader.join(5)
+    stream.close()
+    return {"exit_code": code, "timed_out": timed_out}
+
+
+def _run_callable(job_id: str, attempt: int, topic: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The task of one attempt of a callable job."""
+    worker = get_worker()
+    worker.log_event(topic, {"job": job_id, "attempt": attempt, "event": "started", "worker": worker.address})
+    return fn(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- in the client
+@dataclass
+class _Record:
+    job_id: str
+    spec: JobSpec
+    fingerprint: str
+    call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None = None
+    state: JobState = JobState.PENDING
+    exit_code: int | None = None
+    reason: str | None = None
+    attempts: int = 0
+    launched: int = 0
+    preemptions: int = 0
+    failures: int = 0
+    created: float = field(default_factory=time.time)
+    started: float | None = None
+    finished: float | None = None
+    future: Future[Any] | None = None
+    worker: str | None = None
+    running_attempt: int = 0
+    intent: str | None = None
+    intent_grace: float = 0.0
+    result: Any = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def status(self) -> JobStatus:
+        def when(t: float | None) -> dt.datetime | None:
+            return None if t is None else dt.datetime.fromtimestamp(t, dt.UTC)
+
+        return JobStatus(
+            job_id=self.job_id,
+            name=self.spec.name,
+            state=self.state,
+            exit_code=self.exit_code,
+            reason=self.reason,
+            attempts=self.attempts,
+            preemptions=self.preemptions,
+            labels=dict(self.spec.labels),
+            idempotency_key=self.spec.idempotency_key,
+            created=when(self.created),
+            started=when(self.started),
+            finished=when(self.finished),
+        )
+
+
+class DaskLauncher(ComputeDriver):
+    """Jobs as tasks on a Dask cluster."""
+
+    scheme = "dask"
+    capabilities = ComputeCapabilities(
+        containers=False,
+        gpus=False,
+        logs=True,
+        cancel=True,
+        checkpoints=True,
+        preempt=True,
+        timeouts=True,
+        retries=True,
+        idempotent_submit=True,
+        detached=False,
+    )
+
+    def __init__(self, client: Client, *, cluster: LocalCluster | None = None, grace: float = 10.0) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.grace = grace
+        self.endpoint = f"dask://{client.scheduler.address}" if client.scheduler else "dask://"
+        self._lock = threading.RLock()
+        self._jobs: dict[str, _Record] = {}
+        self._by_key: dict[str, str] = {}
+        self._topic = f"portable-jobs-{uuid.uuid4().hex[:16]}"
+        self._actions = ThreadPoolExecutor(1, thread_name_prefix="portable-dask")
+        self._timers: set[threading.Timer] = set()
+        self._closed = False
+        client.subscribe_topic(self._topic, self._on_event)
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> DaskLauncher:
+        grace = url.take("grace", float, 10.0)
+        if grace < 0:
+            raise InvalidURL(f"grace must be >= 0 seconds in {url}")
+        if url.scheme == "dask+local":
+            workers = url.take("workers", int, 2)
+            threads = url.take("threads", int, 1)
+            url.done()
+            if workers < 1 or threads < 1:
+                raise InvalidURL(f"workers and threads must be >= 1 in {url}")
+            cluster = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=threads,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+                # no dashboard; the scheduler's health endpoint on a free loopback port, not :8787
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                silence_logs=logging.ERROR,
+            )
+            try:
+                client = Client(cluster, set_as_default=False)
+            except BaseException:
+                cluster.close()
+                raise
+            return cls(client, cluster=cluster, grace=grace)
+        timeout = url.take("timeout", float, 10.0)
+        url.done()
+        if not url.host:
+            raise InvalidURL(f"{url} names no scheduler: write dask://HOST:PORT")
+        return cls(Client(f"tcp://{url.host}", timeout=timeout, set_as_default=False), grace=grace)
+
+    def __repr__(self) -> str:
+        return f"DaskLauncher({self.endpoint!r})"
+
+    # -- classification ----------------------------------------------------------------
+    def code_of(self, exc: BaseException) -> ErrorCode:
+        if isinstance(exc, CommClosedError):
+            return ErrorCode.UNAVAILABLE
+        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError | PermissionError | FileExistsError):
+            return ErrorCode.UNAVAILABLE
+        return super().code_of(exc)
+
+    def as_(self, kind: type[Any]) -> Any:
+        if isinstance(self.client, kind):
+            return self.client
+        if self.cluster is not None and isinstance(self.cluster, kind):
+            return self.cluster
+        return None
+
+    # -- submit ------------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> JobStatus:
+        return self._submit(spec, None)
+
+    def submit_call(
+        self, spec: JobSpec, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> JobStatus:
+        """Submit a Python callable as a job (``spec.command`` only names it)."""
+        return self._submit(spec, (fn, args, kwargs))
+
+    def _submit(self, spec: JobSpec, call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None) -> JobStatus:
+        fingerprint = spec.fingerprint()
+        with self._lock:
+            key = spec.idempotency_key
+            if key is not None and key in self._by_key:
+                existing = self._jobs[self._by_key[key]]
+                if existing.fingerprint != fingerprint:
+                    raise IdempotencyConflict(
+                        f"idempotency key {key!r} was used for job {existing.job_id} with a different spec; "
+                        "use a new key for a new job",
+                        provider=self.scheme,
+                    )
+                return existing.status()
+            rec = _Record(f"portable-{uuid.uuid4().hex[:24]}", spec, fingerprint, call)
+            self._jobs[rec.job_id] = rec
+            if key is not None:
+                self._by_key[key] = rec.job_id
+            self._launch(rec)
+            return rec.status()
+
+    def _launch(self, rec: _Record) -> None:
+        """Submit the next attempt (under the lock)."""
+        rec.launched += 1
+        attempt = rec.launched
+        spec = rec.spec
+        task_key = f"{rec.job_id}-{attempt}"
+        if rec.call is not None:
+            fn, args, kwargs = rec.call
+            fut = self.client.submit(
+                _run_callable, rec.job_id, attempt, self._topic, fn, args, kwargs, key=task_key, pure=False
+            )
+        else:
+            env = dict(spec.env)
+            env.update(
+                PORTABLE_JOB_ID=rec.job_id, PORTABLE_JOB_NAME=spec.name, PORTABLE_JOB_ATTEMPT=str(attempt)
+            )
+            if spec.checkpoint_url:
+                env["PORTABLE_CHECKPOINT_URL"] = spec.checkpoint_url
+            fut = self.client.submit(
+                _run_command,
+                rec.job_id,
+                attempt,
+                list(spec.command),
+                env,
+                spec.workdir,
+                spec.timeout,
+                self.grace,
+                self._topic,
+                key=task_key,
+                pure=False,
+            )
+        rec.future = fut
+        fut.add_done_callback(lambda f, r=rec, a=attempt: self._on_done(r, a, f))
+
+    # -- events from workers and futures ------------------------------------------------
+    def _on_event(self, event: tuple[float, Any]) -> None:
+        """Runs on the client's event loop: keep it short, never block."""
+        msg = event[1]
+        if not isinstance(msg, dict) or msg.get("event") != "started":
+            return
+        with self._lock:
+            rec = self._jobs.get(msg.get("job", ""))
+            attempt = int(msg.get("attempt", 0))
+            if rec is None or attempt != rec.launched or rec.state.terminal:
+                return
+            rec.attempts = max(rec.attempts, attempt)
+            rec.worker = msg.get("worker")
+            rec.running_attempt = attempt
+            rec.started = rec.started or time.time()
+            rec.state = JobState.RUNNING
+            rec.reason = None
+            if rec.intent is not None:
+                self._actions.submit(self._stop_on_worker, rec, attempt, rec.intent_grace)
+            elif rec.call is not None and rec.spec.timeout is not None:
+                self._start_timer(rec, attempt, rec.spec.timeout)
+
+    def _on_done(self, rec: _Record, attempt: int, fut: Future[Any]) -> None:
+        """Runs in Dask's callback thread once an attempt's future is done."""
+        outcome: dict[str, Any] | None = None
+        error: BaseException | None = None
+        value: Any = None
+        status = fut.status
+        if status == "finished":
+            try:
+                value = fut.result(timeout=30)
+            except Exception as exc:  # the result could not be fetched
+                error = exc
+            else:
+                outcome = value if rec.call is None else {"exit_code": 0}
+        elif status == "error":
+            try:
+                error = fut.exception(timeout=30)
+            except Exception as exc:
+                error = exc
+        with self._lock:
+            if attempt != rec.launched or rec.state.terminal:
+                return
+            rec.future = None
+            rec.attempts = max(rec.attempts, attempt) if (outcome or error) else rec.attempts
+            intent = rec.intent
+            if intent == "preempt":
+                rec.preemptions += 1
+                rec.intent = None
+                rec.state = JobState.PENDING
+                rec.exit_code = None if outcome is None else outcome.get("exit_code")
+                rec.reason = f"attempt {attempt} was preempted; restarting"
+                self._launch(rec)
+                return
+            if intent == "cancel" or status == "cancelled":
+                code = None if outcome is None else outcome.get("exit_code")
+                self._end(rec, JobState.CANCELLED, "cancelled" if intent == "cancel" else "cancelled by Dask", code)
+                return
+            if outcome is not None and outcome.get("timed_out"):
+                self._end(rec, JobState.FAILED, f"timed out after {rec.spec.timeout:g}s (attempt {attempt})", outcome.get("exit_code"))
+                return
+            if outcome is not None and outcome.get("error"):
+                self._end(rec, JobState.FAILED, str(outcome["error"]), None)
+                return
+            if outcome is not None and outcome.get("exit_code") == 0:
+                rec.result = value if rec.call is not None else None
+                self._end(rec, JobState.SUCCEEDED, None, 0)
+                return
+            if outcome is not None:
+                code = outcome.get("exit_code")
+                why = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
+            else:
+                code = None
+                why = f"{type(error).__name__}: {error}" if error is not None else f"the task ended {status}"
+            rec.failures += 1
+            rec.exit_code = code
+            if rec.failures <= rec.spec.retries:
+                rec.state = JobState.PENDING
+                rec.reason = f"attempt {attempt} failed ({why}); retry {rec.failures} of {rec.spec.retries}"
+                self._launch(rec)
+            else:
+                self._end(rec, JobState.FAILED, why, code)
+
+    def _end(self, rec: _Record, state: JobState, reason: str | None, code: int | None) -> None:
+        rec.state, rec.reason, rec.exit_code = state, reason, code
+        rec.finished = time.time()
+        rec.future = None
+        rec.done.set()
+
+    def _start_timer(self, rec: _Record, attempt: int, seconds: float) -> None:
+        def expire() -> None:
+            with self._lock:
+                self._timers.discard(timer)
+                if attempt != rec.launched or rec.state.terminal:
+                    return
+                fut = rec.future
+                self._end(
+                    rec, JobState.FAILED, f"timed out after {seconds:g}s (attempt {attempt}); the call runs on in its thread", None
+                )
+            if fut is not None:
+                fut.cancel()
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        self._timers.add(timer)
+        timer.start()
+
+    def _stop_on_worker(self, rec: _Record, attempt: int, grace: float) -> None:
+        worker = rec.worker
+        if worker is None or rec.call is not None:
+            return
+        with contextlib.suppress(Exception):  # the worker may be gone; then so is the process
+            self.client.run(_stop_attempt, rec.job_id, attempt, grace, workers=[worker])
+
+    # -- the protocol ---------------------------------------------------------
+    def _record(self, job_id: str) -> _Record:
+        rec = self._jobs.get(job_id)
+        if rec is None:
+            raise NotFound(f"no job {job_id!r} in this Dask launcher", provider=self.scheme)
+        return rec
+
+    def describe(self, job_id: str) -> JobStatus:
+        with self._lock:
+            return self._record(job_id).status()
+
+    def wait(self, job_id: str, timeout: float) -> JobStatus:
+        rec = self._record(job_id)
+        rec.done.wait(timeout)
+        with self._lock:
+            return rec.status()
+
+    def terminate(self, job_id: str, reason: str) -> None:
+        self._interrupt(job_id, "cancel", self.grace)
+
+    def preempt(self, job_id: str, grace: float | None) -> None:
+        self._interrupt(job_id, "preempt", self.grace if grace is None else grace)
+
+    def _interrupt(self, job_id: str, intent: str, grace: float) -> None:
+        with self._lock:
+            rec = self._record(job_id)
+            if rec.state.terminal or rec.intent == "cancel":
+                return
+            if intent == "preempt" and rec.state is not JobState.RUNNING:
+                return
+            rec.intent, rec.intent_grace = intent, grace
+            fut, running, attempt = rec.future, rec.state is JobState.RUNNING, rec.launched
+            if intent == "cancel" and (not running or rec.call is not None):
+                # not started yet (or a callable, which cannot be stopped): done now
+                self._end(rec, JobState.CANCELLED, "cancelled", None)
+            elif intent == "preempt" and rec.call is not None:
+                rec.preemptions += 1
+                rec.intent = None
+                rec.state = JobState.PENDING
+                rec.reason = f"attempt {attempt} was preempted; restarting"
+                self._launch(rec)
+        if fut is not None and (not running or rec.call is not None):
+            fut.cancel()
+        if running and rec.call is None:
+            self._stop_on_worker(rec, attempt, grace)
+        elif not running and rec.call is None:
+            # the task may be starting right now: make sure its process dies too
+            self._actions.submit(self._stop_everywhere, rec.job_id, attempt, grace)
+
+    def _stop_everywhere(self, job_id: str, attempt: int, grace: float) -> None:
+        with contextlib.suppress(Exception):
+            self.client.run(_stop_attempt, job_id, attempt, grace)
+
+    def list_jobs(self, labels: Mapping[str, str]) -> Iterator[JobStatus]:
+        with self._lock:
+            found = [
+                rec.status()
+                for rec in self._jobs.values()
+                if all(rec.spec.labels.get(k) == v for k, v in labels.items())
+            ]
+        found.sort(key=lambda s: (s.created or dt.datetime.min.replace(tzinfo=dt.UTC), s.job_id))
+        return iter(found)
+
+    def logs(self, job_id: str, follow: bool) -> Iterator[str]:
+        rec = self._record(job_id)
+        if rec.call is not None:
+            return iter([] if rec.state is not JobState.FAILED else [rec.reason or ""])
+        return self._lines(rec, follow)
+
+    def _lines(self, rec: _Record, follow: bool) -> Iterator[str]:
+        topic = f"portable-log-{rec.job_id}"
+        seen = 0
+        current: int | None = None
+        partial = ""
+        delay = 0.01
+        while True:
+            ended = rec.state.terminal
+            events = self.client.get_events(topic)
+            fresh = events[seen:]
+            seen = len(events)
+            for _, msg in fresh:
+                attempt, text = msg["attempt"], msg["text"]
+                if current is not None and attempt != current and partial:
+                    yield partial
+                    partial = ""
+                current = attempt
+                *whole, partial = (partial + text).split("\n")
+                yield from whole
+            if not follow or (ended and not fresh):
+                if partial:
+                    yield partial
+                return
+            if not fresh:
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.2)
+            else:
+                delay = 0.01
+
+    def result(self, job_id: str) -> Any:
+        """The return value of a succeeded callable job (None for commands)."""
+        with self._lock:
+            rec = self._record(job_id)
+            if rec.state is not JobState.SUCCEEDED:
+                raise Unsupported(f"job {job_id} has no result: it is {rec.state.value}", provider=self.scheme)
+            return rec.result
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for timer in list(self._timers):
+            timer.cancel()
+        self._actions.shutdown(wait=True)
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(self._topic)
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def submit_callable(
+    launcher: Launcher,
+    fn: Callable[..., Any],
+    *args: Any,
+    name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    retries: int = 0,
+    timeout: float | None = None,
+    idempotency_key: str | None = None,
+    **kwargs: Any,
+) -> Job:
+    """Run ``fn(*args, **kwargs)`` on a worker as a job of ``launcher`` (a ``dask://`` one).
+
+    The job has the usual states, retries (on an exception) and idempotency;
+    get its value with ``launcher.driver.result(job.id)``. See the module
+    docstring for what cancel and timeout cannot do to a running call.
+
+    Raises:
+        Unsupported: the launcher is not a Dask launcher.
+    """
+    driver = launcher.driver
+    if not isinstance(driver, DaskLauncher):
+        raise Unsupported(f"submit_callable needs a dask:// launcher, not {launcher.provider}://")
+    label = name or getattr(fn, "__name__", "call").strip("_<>") or "call"
+    label = "".join(c if c.isalnum() or c in "-_" else "-" for c in label)[:128] or "call"
+    spec = normalise_spec(
+        JobSpec(
+            command=[f"python:{getattr(fn, '__qualname__', 'callable')}"],
+            name=label if label[0].isalnum() else f"call{label}"[:128],
+            labels=dict(labels or {}),
+            retries=retries,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        ),
+        driver.capabilities,
+    )
+    guard = launcher._guard if idempotency_key is not None else launcher._once
+    status = guard.call("submit", f"submit {spec.name}", driver.submit_call, spec, fn, args, kwargs)
+    return Job(launcher, status.job_id)
