@@ -7,7 +7,9 @@ with the machine's Node.js, always with ``--disableTelemetry --inMemoryPersisten
 Adapter notes:
     - Azurite 3.35.0 is the newest release that runs on Node.js 20 (3.36+ needs 21+,
       3.37 needs 22+). ``--skipApiVersionCheck`` lets newer azure-storage SDKs send an
-      ``x-ms-version`` this release does not know; without it they get HTTP 400.
+      ``x-ms-version`` this release does not know: without it, the current
+      azure-storage-blob (API 2026-10-06) gets "The API version ... is not supported
+      by Azurite" on its first call.
     - URLs are path-style: ``http://127.0.0.1:<port>/devstoreaccount1/<container>``.
       Use the `connection_string` (it names all three endpoints) rather than
       building URLs; adlfs takes ``connection_string=`` too.

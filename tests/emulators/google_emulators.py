@@ -12,8 +12,9 @@ machine without them ``apt-get install`` fails; this machine kind ships them
 preinstalled under ``/usr/lib/google-cloud-sdk``. Both need Java 17+.
 
 Adapter notes (fake-gcs):
-    - gcsfs needs ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` (in `env`), or it probes
-      for hierarchical namespaces and stalls about 60 s per bucket.
+    - gcsfs needs ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` (in `env`), or it asks
+      for each bucket's type over gRPC with TLS, which this plain-HTTP server cannot
+      answer, and stalls 60 s per bucket before falling back.
     - Point clients at `endpoint_url` (gcsfs ``endpoint_url=``, or
       ``STORAGE_EMULATOR_HOST``) with anonymous credentials (gcsfs ``token="anon"``).
     - The server is started with ``-public-host 127.0.0.1:<port>`` and
@@ -21,7 +22,11 @@ Adapter notes (fake-gcs):
       ``http://127.0.0.1:<port>/<bucket>/<object>`` (the XML-style path a signed or
       public URL uses) resolve to the object; the second makes resumable-upload
       ``Location`` headers point back at this server instead of 0.0.0.0.
-    - Preconditions (``ifGenerationMatch`` etc.) are enforced on simple uploads only.
+    - ``ifGenerationMatch`` is enforced only on ``uploadType=multipart`` uploads (what
+      gcsfs and google-cloud-storage send for small objects: a second
+      ``ifGenerationMatch=0`` gets 412). ``uploadType=media`` and resumable uploads
+      ignore it and overwrite, so conditional writes of large objects cannot be
+      tested here.
 
 Adapter notes (Pub/Sub, Firestore):
     - Clients find them through `env` (``PUBSUB_EMULATOR_HOST``,
