@@ -48,3 +48,42 @@ def s3_bucket(aws: dict[str, str]) -> str:
     name = f"pt-{uuid.uuid4().hex[:12]}"
     boto3_client(aws, "s3").create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture(scope="session")
+def batch_queue(aws: dict[str, str]) -> dict[str, str]:
+    """A Batch job queue and job definition on moto, which runs no container.
+
+    moto without Docker needs ``{"batch": {"use_docker": false}}`` (its
+    /moto-api/config): then every job moves straight to SUCCEEDED.
+    """
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(
+        aws["endpoint_url"] + "/moto-api/config",
+        data=json.dumps({"batch": {"use_docker": False}}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert json.loads(resp.read())["batch"]["use_docker"] is False
+    suffix = uuid.uuid4().hex[:10]
+    iam = boto3_client(aws, "iam")
+    batch = boto3_client(aws, "batch")
+    role = iam.create_role(RoleName=f"pt-batch-{suffix}", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    env = batch.create_compute_environment(
+        computeEnvironmentName=f"pt-ce-{suffix}", type="UNMANAGED", state="ENABLED", serviceRole=role
+    )
+    queue = batch.create_job_queue(
+        jobQueueName=f"pt-q-{suffix}",
+        state="ENABLED",
+        priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment": env["computeEnvironmentArn"]}],
+    )
+    batch.register_job_definition(
+        jobDefinitionName=f"pt-jd-{suffix}",
+        type="container",
+        containerProperties={"image": "python:3.11-slim", "vcpus": 1, "memory": 512, "command": ["true"]},
+    )
+    return {"queue": queue["jobQueueName"], "definition": f"pt-jd-{suffix}"}
