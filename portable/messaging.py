@@ -78,6 +78,7 @@ from ._redact import redact
 from .config import Profile, check_requirements, load_profile
 from .driver.messaging import (
     IDEMPOTENCY_ATTRIBUTE,
+    RESERVED_PREFIX,
     MessagingCapabilities,
     MessagingDriver,
     OutgoingMessage,
@@ -150,12 +151,52 @@ def _as_body(body: object) -> bytes:
 
 
 def _check_token(what: str, value: object) -> str:
+    if type(value) is str and 0 < len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value:
+        return value
     if type(value) is not str or not _TOKEN.fullmatch(value):
         shown = value[:60] if isinstance(value, str) else type(value).__name__
         raise InvalidKey(
             f"{what} must be 1-128 printable ASCII characters without spaces, got {shown!r}"
         )
     return value
+
+
+#: attribute names that passed the name check and are not reserved by a cloud (portable.* may be)
+_GOOD_NAMES: set[str] = set()
+
+
+def _check_attribute_name(name: object, allow_reserved: bool) -> None:
+    if type(name) is not str or not _ATTR_NAME.fullmatch(name) or ".." in name or name[-1] == ".":
+        raise InvalidKey(
+            f"attribute name {name!r} must be 1-128 of A-Z a-z 0-9 _ . -, starting with a letter "
+            "or digit, without '..' or a trailing '.'"
+        )
+    reserved = _RESERVED_NAME.match(name)
+    if reserved and not (allow_reserved and name.startswith(RESERVED_PREFIX)):
+        raise InvalidKey(
+            f"attribute name {name!r} is reserved (portable., goog, aws., amazon. prefixes); rename it"
+        )
+    if len(_GOOD_NAMES) < 4096:
+        _GOOD_NAMES.add(name)
+
+
+def _check_attribute_value(name: str, value: object) -> int:
+    """Check one attribute value the slow way; return its size in UTF-8 bytes."""
+    if type(value) is not str:
+        raise InvalidArgument(
+            f"attribute {name!r} must be a str, got {type(value).__name__}; convert it, e.g. str(value)"
+        )
+    if not value:
+        raise InvalidArgument(f"attribute {name!r} is empty; SQS rejects empty values, so portable does too")
+    try:
+        encoded = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"attribute {name!r} is not valid UTF-8 (it holds a lone surrogate)") from None
+    if encoded > 1024:
+        raise InvalidArgument(f"attribute {name!r} is {encoded} bytes; the limit is 1,024 (Pub/Sub's)")
+    if _BAD_VALUE_CHARS.search(value):
+        raise InvalidArgument(f"attribute {name!r} holds a control character; remove it")
+    return encoded
 
 
 def check_attributes(attributes: object, *, allow_reserved: bool = False) -> tuple[dict[str, str], int]:
@@ -165,34 +206,20 @@ def check_attributes(attributes: object, *, allow_reserved: bool = False) -> tup
         InvalidKey: a bad or reserved attribute name.
         InvalidArgument: attributes that are not a mapping, or a bad value.
     """
-    if not isinstance(attributes, Mapping):
+    if type(attributes) is not dict and not isinstance(attributes, Mapping):
         raise InvalidArgument(f"attributes must be a mapping of str to str, got {type(attributes).__name__}")
     out: dict[str, str] = {}
     size = 0
+    good = _GOOD_NAMES
     for name, value in attributes.items():
-        if type(name) is not str or not _ATTR_NAME.fullmatch(name) or ".." in name or name[-1] == ".":
-            raise InvalidKey(
-                f"attribute name {name!r} must be 1-128 of A-Z a-z 0-9 _ . -, starting with a letter "
-                "or digit, without '..' or a trailing '.'"
-            )
-        if not allow_reserved and _RESERVED_NAME.match(name):
-            raise InvalidKey(
-                f"attribute name {name!r} is reserved (portable., goog, aws., amazon. prefixes); rename it"
-            )
-        if type(value) is not str:
-            raise InvalidArgument(
-                f"attribute {name!r} must be a str, got {type(value).__name__}; convert it, e.g. str(value)"
-            )
-        if not value:
-            raise InvalidArgument(f"attribute {name!r} is empty; SQS rejects empty values, so portable does too")
-        try:
-            encoded = len(value.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise InvalidArgument(f"attribute {name!r} is not valid UTF-8 (it holds a lone surrogate)") from None
-        if encoded > 1024:
-            raise InvalidArgument(f"attribute {name!r} is {encoded} bytes; the limit is 1,024 (Pub/Sub's)")
-        if _BAD_VALUE_CHARS.search(value):
-            raise InvalidArgument(f"attribute {name!r} holds a control character; remove it")
+        if name not in good:
+            _check_attribute_name(name, allow_reserved)
+        elif not allow_reserved and name.startswith(RESERVED_PREFIX):
+            raise InvalidKey(f"attribute name {name!r} is reserved (portable. prefix); rename it")
+        if type(value) is str and 0 < len(value) <= 1024 and value.isascii() and value.isprintable():
+            encoded = len(value)  # the common case: short printable ASCII, nothing more to check
+        else:
+            encoded = _check_attribute_value(name, value)
         out[name] = value
         size += len(name) + encoded
     return out, size
