@@ -17,7 +17,9 @@ are enforced by S3, GCS, Azure Blob, the file and the memory drivers, so no
 other database is needed. A provider without conditional writes is refused
 with :class:`~portable.errors.MissingCapability` when the store is made.
 
-Every step is safe to retry: a write that succeeded but reported a failure
+A claim costs one write when the key is new; its complete or release one
+more (the store remembers the etag it wrote, and reads only if the object
+changed since). Every step is safe to retry: a write that succeeded but reported a failure
 is recognised by the token it carries. Expired and released records are not
 deleted (a later claim overwrites them): a delete cannot be made conditional
 on every provider, so deleting could remove a claim made a moment earlier.
@@ -66,6 +68,8 @@ _COMPLETED = "completed"
 _RELEASED = "released"
 #: compare-and-swap rounds before giving up; each lost round means another writer made progress
 _MAX_ROUNDS = 64
+#: claims remembered per store for a read-free complete/release
+_MAX_HELD = 4096
 
 
 class BucketStore:
@@ -103,6 +107,7 @@ class BucketStore:
         self.prefix = prefix
         self.max_result_bytes = max_result_bytes
         self._clock = clock
+        self._held: dict[str, tuple[str, dict[str, Any], str]] = {}
 
     def __repr__(self) -> str:
         return f"BucketStore({self.bucket!r}, prefix={self.prefix!r})"
@@ -130,17 +135,30 @@ class BucketStore:
             raise Internal(f"idempotency record {name} has an unknown format")
         return record, etag
 
-    def _write(self, name: str, record: dict[str, Any], *, etag: str | None) -> bool:
-        """Create (etag None) or compare-and-swap the record; False if another writer won."""
+    def _write(self, name: str, record: dict[str, Any], *, etag: str | None) -> str | None:
+        """Create (etag None) or compare-and-swap the record.
+
+        Returns:
+            None if another writer won; else the new etag ("" if the provider gave none).
+        """
         body = json.dumps(record, separators=(",", ":")).encode()
         try:
             if etag is None:
-                self.bucket.put(name, body, content_type="application/json", if_none_match="*")
+                new = self.bucket.put(name, body, content_type="application/json", if_none_match="*")
             else:
-                self.bucket.put(name, body, content_type="application/json", if_match=etag)
+                new = self.bucket.put(name, body, content_type="application/json", if_match=etag)
         except (AlreadyExists, PreconditionFailed, NotFound):
-            return False
-        return True
+            return None
+        return new or ""
+
+    def _hold(self, token: str, name: str, record: dict[str, Any], etag: str) -> None:
+        """Remember the claim this store wrote, so complete/release can swap without reading first."""
+        if not etag:
+            return
+        held = self._held
+        if len(held) >= _MAX_HELD:
+            held.clear()  # abandoned claims: forget them; they fall back to reading
+        held[token] = (name, record, etag)
 
     def _new(self, key: str, fp: str, token: str, lease: float, ttl: float) -> dict[str, Any]:
         now = self._clock()
@@ -161,12 +179,18 @@ class BucketStore:
         check_claim_args(key, fingerprint, lease, ttl)
         name = self.object_key(key)
         token = new_token()
-        if self._write(name, self._new(key, fingerprint, token, lease, ttl), etag=None):
+        fresh = self._new(key, fingerprint, token, lease, ttl)
+        written = self._write(name, fresh, etag=None)
+        if written is not None:
+            self._hold(token, name, fresh, written)
             return Claim("acquired", token)
         for _ in range(_MAX_ROUNDS):
             found = self._read(name)
             if found is None:
-                if self._write(name, self._new(key, fingerprint, token, lease, ttl), etag=None):
+                fresh = self._new(key, fingerprint, token, lease, ttl)
+                written = self._write(name, fresh, etag=None)
+                if written is not None:
+                    self._hold(token, name, fresh, written)
                     return Claim("acquired", token)
                 continue
             record, etag = found
@@ -182,7 +206,10 @@ class BucketStore:
                     return Claim("completed", None, None if result is None else base64.b64decode(result))
                 if record["lease_until"] > now:
                     return Claim("in_progress")
-            if self._write(name, self._new(key, fingerprint, token, lease, ttl), etag=etag):
+            fresh = self._new(key, fingerprint, token, lease, ttl)
+            written = self._write(name, fresh, etag=etag)
+            if written is not None:
+                self._hold(token, name, fresh, written)
                 return Claim("acquired", token)
         raise _contended(key)
 
@@ -208,6 +235,15 @@ class BucketStore:
         done_state: str | None,
     ) -> None:
         name = self.object_key(key)
+        held = self._held.pop(token, None)
+        if held is not None and held[0] == name and held[1]["expires_at"] > self._clock():
+            # The claim as this store wrote it: swap at once; if anything changed since, read below.
+            changed = update(held[1])
+            written = self._write(name, changed, etag=held[2])
+            if written is not None:
+                if done_state is None:
+                    self._hold(token, name, changed, written)
+                return
         for _ in range(_MAX_ROUNDS):
             found = self._read(name)
             if found is None or found[0]["token"] != token:
@@ -217,7 +253,11 @@ class BucketStore:
                 return  # this change landed already (a retried call, or a write that reported a failure)
             if record["state"] != _IN_PROGRESS or record["expires_at"] <= self._clock():
                 raise lost_error(key)
-            if self._write(name, update(record), etag=etag):
+            changed = update(record)
+            written = self._write(name, changed, etag=etag)
+            if written is not None:
+                if done_state is None:
+                    self._hold(token, name, changed, written)
                 return
         raise _contended(key)
 

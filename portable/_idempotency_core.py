@@ -20,6 +20,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import IdempotencyConflict, InvalidArgument, PreconditionFailed, TooLarge
 
+_sha256 = hashlib.sha256
+
 __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_MAX_RESULT_BYTES",
@@ -120,10 +122,13 @@ def fingerprint(payload: bytes | bytearray | memoryview | str | Mapping[str, Any
     by its ``repr`` (which may differ between two identical requests).
 
     Returns:
-        32 hex digits (BLAKE2b, 128 bits).
+        32 hex digits: the first 128 bits of SHA-256 (hardware-accelerated on
+        current x86 and ARM CPUs: about 1 us for 1 KiB).
     """
+    if type(payload) is bytes:
+        return _sha256(payload).hexdigest()[:32]
     if isinstance(payload, bytes):
-        data = payload
+        data = bytes(payload)
     elif isinstance(payload, bytearray | memoryview):
         data = bytes(payload)
     elif isinstance(payload, str):
@@ -142,7 +147,7 @@ def fingerprint(payload: bytes | bytearray | memoryview | str | Mapping[str, Any
         raise InvalidArgument(
             f"a payload to fingerprint must be bytes, str or a mapping, got {type(payload).__name__}"
         )
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return _sha256(data).hexdigest()[:32]
 
 
 def _canonical(value: Any) -> Any:

@@ -240,6 +240,7 @@ class BreakerState:
     HALF_OPEN = "half_open"
 
 
+_CLOSED = BreakerState.CLOSED
 BreakerListener = Callable[["CircuitBreaker", str, str], None]
 _GLOBAL_LISTENERS: list[BreakerListener] = []
 
@@ -319,7 +320,7 @@ class CircuitBreaker:
         Raises:
             CircuitOpen: open, or half-open with every probe slot taken.
         """
-        if self.state == BreakerState.CLOSED:
+        if self.state is _CLOSED:
             return 0
         changed = None
         with self._lock:
@@ -351,7 +352,7 @@ class CircuitBreaker:
                 healthy answer; the Guard decides).
             probe: the ticket :meth:`before_call` returned.
         """
-        if success and not probe and self.state == BreakerState.CLOSED:
+        if success and not probe and self.state is _CLOSED:
             self._outcomes.append(True)  # atomic; the full window drops its oldest
             return
         changed = None
@@ -389,8 +390,10 @@ class CircuitBreaker:
 
     def force(self, state: str) -> None:
         """Put the breaker in ``state`` now (operators and tests)."""
-        if state not in (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN):
+        states = (BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN)
+        if state not in states:
             raise InvalidArgument(f"unknown breaker state {state!r}")
+        state = states[states.index(state)]  # the constant itself: the hot path compares by identity
         with self._lock:
             changed = self._transition(state) if state != self.state else None
         if changed:
@@ -727,17 +730,32 @@ class Guard:
         at: float | None,
         timeout: float | None,
     ) -> R:
+        """Await one attempt under a timer (a bare ``loop.call_at``: lighter than ``asyncio.timeout``)."""
         limit = timeout
         if at is not None:
             left = max(0.0, at - time.monotonic())
             limit = left if limit is None else min(limit, left)
+        assert limit is not None
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        handle = loop.call_at(loop.time() + limit, expire)
         token = _ATTEMPT.set(limit)
         try:
-            async with asyncio.timeout(limit):
-                return await fn(*args, **kwargs)
-        except TimeoutError as exc:
-            raise DeadlineExceeded(f"no answer within {limit:.3g}s", retryable=True) from exc
+            return await fn(*args, **kwargs)
+        except asyncio.CancelledError:
+            if expired and task.uncancel() == 0:
+                raise DeadlineExceeded(f"no answer within {limit:.3g}s", retryable=True) from None
+            raise
         finally:
+            handle.cancel()
             _ATTEMPT.reset(token)
 
     # -- shared ---------------------------------------------------------
