@@ -861,6 +861,10 @@ class Subscription:
             number = _seconds(value)
             if number is None or number < 0:
                 raise InvalidArgument(f"{name} must be a number of seconds >= 0, got {value!r}")
+        if not 0 < idempotency_lease <= idempotency_ttl:
+            raise InvalidArgument(
+                f"idempotency_lease must be > 0 and at most idempotency_ttl ({idempotency_ttl}), got {idempotency_lease}"
+            )
         lease_s = self.lease if lease is None else self._check_lease(lease)
         target = self._dead_letter_target(dead_letter) if max_deliveries is not None else None
         stop = stop_event or threading.Event()

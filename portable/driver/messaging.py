@@ -281,8 +281,10 @@ class SubscriptionDriver(abc.ABC):
         Waits up to about ``wait`` seconds for the first message (long poll)
         and may return fewer, or none, at any time. A leased message is not
         delivered again until its lease ends or it is nacked. With ``ordering``,
-        a message is not delivered while an earlier one with the same key is
-        leased or delayed. A provider whose lease is fixed per subscription
+        a message is not returned while an earlier one with the same key,
+        returned by an earlier call, is leased or delayed; one call may return
+        several messages of one key, in order (SQS FIFO, Kafka), and
+        ``Subscription.run`` handles those one at a time. A provider whose lease is fixed per subscription
         applies ``lease`` by extending right after receipt, or documents that
         it ignores it (Kafka).
         """
