@@ -23,23 +23,30 @@ Options:
 Fault kinds, each raised as a native error that the wrapper classifies like
 a provider's (so the portable layer retries exactly what it would retry):
 
-=============== ==================================================== ===========================
-kind            what happens                                         classified as
-=============== ==================================================== ===========================
-``throttle``    refused before it runs: 429/503 SlowDown + Retry-After THROTTLED, retryable
-``unavailable`` refused before it runs: 503 Service Unavailable      UNAVAILABLE, retryable
-``reset``       connection reset before the request was sent         UNAVAILABLE, retryable
-``timeout``     timed out before the provider got the request        DEADLINE_EXCEEDED, retryable
-``lost_reply``  the write SUCCEEDED, then the reply was lost          DEADLINE_EXCEEDED, retryable
-                (writes, commits, publishes, acks, nacks): the
-                classic maker of duplicates
-``duplicate``   a received message is delivered again later, as a    (delivery)
-                phantom copy whose ack/nack does nothing
-``reorder``     a received message without an ordering key is held   (delivery)
-                back and delivered after later ones
-``lease_expiry`` the lease expires mid-handler: ack or extend_lease   PRECONDITION_FAILED
-                fails and the message becomes available again
-=============== ==================================================== ===========================
+``throttle``
+    Refused before it runs: 503 SlowDown with Retry-After (``retry_after``).
+    THROTTLED, retryable.
+``unavailable``
+    Refused before it runs: 503 Service Unavailable. UNAVAILABLE, retryable.
+``reset``
+    Connection reset before the request was sent. UNAVAILABLE, retryable.
+``timeout``
+    Timed out before the provider got the request. DEADLINE_EXCEEDED, retryable.
+``lost_reply``
+    The write SUCCEEDED, then its reply was lost (writes, stream commits,
+    publishes, acks, nacks): the classic maker of duplicates.
+    DEADLINE_EXCEEDED, retryable.
+``duplicate`` (messaging)
+    A received message is delivered again later, as a phantom copy with the
+    same id whose ack and nack do nothing (the real delivery settles it).
+``reorder`` (messaging)
+    A received message without an ordering key is held back and delivered
+    after later ones.
+``lease_expiry`` (messaging)
+    The lease runs out mid-handler: the message is available again at once
+    (another consumer may get it while the handler runs) and ack, nack or
+    extend_lease of the stale delivery fails; or the lease runs out just
+    before an ack or extend_lease. PRECONDITION_FAILED, not retryable.
 
 Reproducibility: whether a call meets a fault, and which, is a hash of
 (seed, operation, subject, how many times this operation has met this
@@ -450,7 +457,8 @@ class _ChaosWrite(WriteStream):
 class _Handle:
     inner: Any
     message_id: str
-    phantom: bool = False
+    phantom: bool = False  # a duplicate delivery: settling it does nothing
+    stale: bool = False  # its lease ran out while the handler ran: settling it fails
 
 
 class ChaosMessaging(_Classifying, MessagingDriver):
@@ -527,8 +535,14 @@ class _ChaosSubscription(SubscriptionDriver):
         got = self._inner.receive(room, 0.0 if out else wait, lease)
         for m in got:
             real = dataclasses.replace(m, handle=_Handle(m.handle, m.id))
-            kind = self._chaos.pick("deliver", m.id, ("duplicate", "reorder"))
-            if kind == "duplicate":
+            kind = self._chaos.pick("deliver", m.id, ("duplicate", "reorder", "lease_expiry"))
+            if kind == "lease_expiry":
+                # The lease runs out as the handler starts: the message is available again at
+                # once (another consumer may get it while this one works) and this delivery is stale.
+                with contextlib.suppress(Exception):
+                    self._inner.nack(m.handle, 0.0)
+                out.append(dataclasses.replace(m, handle=_Handle(m.handle, m.id, stale=True)))
+            elif kind == "duplicate":
                 phantom = dataclasses.replace(
                     m, handle=_Handle(m.handle, m.id, phantom=True), delivery_attempt=m.delivery_attempt + 1
                 )
@@ -542,10 +556,15 @@ class _ChaosSubscription(SubscriptionDriver):
                 out.append(real)
         return out
 
+    def _check_stale(self, h: _Handle) -> None:
+        if h.stale:
+            raise self._chaos.error("lease_expiry")
+
     def ack(self, handle: Any) -> None:
         h: _Handle = handle
         if h.phantom:
             return  # a duplicate delivery: the real message is settled through its own handle
+        self._check_stale(h)
         kind = self._raise_before("ack", h.message_id, (*_WRITE, "lease_expiry"))
         if kind == "lease_expiry":
             self._expire(h)
@@ -557,6 +576,7 @@ class _ChaosSubscription(SubscriptionDriver):
         h: _Handle = handle
         if h.phantom:
             return
+        self._check_stale(h)
         kind = self._raise_before("nack", h.message_id, _WRITE)
         self._inner.nack(h.inner, delay)
         if kind == "lost_reply":
@@ -566,6 +586,7 @@ class _ChaosSubscription(SubscriptionDriver):
         h: _Handle = handle
         if h.phantom:
             return h
+        self._check_stale(h)
         kind = self._raise_before("extend_lease", h.message_id, (*_BEFORE, "lease_expiry"))
         if kind == "lease_expiry":
             self._expire(h)
@@ -581,6 +602,7 @@ class _ChaosSubscription(SubscriptionDriver):
         h: _Handle = message.handle
         if h.phantom:
             return
+        self._check_stale(h)
         self._raise_before("dead_letter", h.message_id, _BEFORE)
         self._inner.dead_letter(dataclasses.replace(message, handle=h.inner), reason)
 
