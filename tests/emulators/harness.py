@@ -418,7 +418,7 @@ class Emulator(abc.ABC):
 
     name: ClassVar[str]
     #: Seconds `start()` waits for the first successful health check.
-    start_timeout: ClassVar[float] = 90.0
+    start_timeout: ClassVar[float] = 120.0
     #: Seconds between SIGTERM and SIGKILL on `stop()`.
     stop_grace: ClassVar[float] = 10.0
 

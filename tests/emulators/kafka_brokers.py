@@ -109,6 +109,7 @@ def server_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
 class KafkaBroker(Emulator):
     name = "kafka"
     stop_grace = 20.0
+    start_timeout = 180.0  # about 5 s idle, but 30 s seen on a 2-core machine under load 12
 
     def available(self) -> tuple[bool, str]:
         problem = java_problem(17)
@@ -148,12 +149,14 @@ class KafkaBroker(Emulator):
         return LaunchPlan(argv=argv, info=info)
 
     def prepare(self, plan: LaunchPlan, workdir: Path, log_path: Path) -> None:
-        properties = plan.argv[-1]
+        java = shutil.which("java")
+        assert java is not None
         format_argv = [
-            plan.argv[0], "-Xmx256m", "-XX:+UseSerialGC",
+            java, "-Xmx256m", "-XX:+UseSerialGC",
             f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}",
             "-cp", f"{KAFKA_LIBS}/*", "kafka.tools.StorageTool",
-            "format", "--cluster-id", random_cluster_id(), "--config", properties,
+            "format", "--cluster-id", random_cluster_id(),
+            "--config", str(workdir / "server.properties"),
         ]  # fmt: skip
         with log_path.open("a") as log:
             log.write(f"$ {' '.join(format_argv)}\n")
