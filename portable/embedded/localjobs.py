@@ -237,10 +237,10 @@ class LocalLauncher(ComputeDriver):
         return sup.job_dir(self.root, job_id)
 
     def _state(self, job_id: str) -> dict[str, Any]:
-        state = sup.read_json(os.path.join(self._folder(job_id), "state.json"))
+        state = sup.read_state(self._folder(job_id))
         if state is None:
             raise NotFound(f"no job {job_id!r} in {self.root}", provider=self.scheme)
-        return state  # type: ignore[no-any-return]
+        return state
 
     def _request(self, job_id: str, marker: str | None = None, data: Any = None) -> None:
         folder = self._folder(job_id)
@@ -259,8 +259,7 @@ class LocalLauncher(ComputeDriver):
                 return existing
         else:
             job_id = "job-" + uuid.uuid4().hex[:24]
-        record = {"spec": {**asdict(spec), "command": list(spec.command)}, "cwd": os.getcwd(), "fingerprint": fingerprint}
-        record["spec"]["resources"] = asdict(spec.resources)
+        record = {"spec": asdict(spec), "cwd": os.getcwd(), "fingerprint": fingerprint}
         state = {
             "job_id": job_id,
             "name": spec.name,
@@ -281,7 +280,7 @@ class LocalLauncher(ComputeDriver):
         building = tempfile.mkdtemp(dir=os.path.join(self.root, "tmp"))
         try:
             sup.write_json(os.path.join(building, "spec.json"), record, 0o600)
-            sup.write_json(os.path.join(building, "state.json"), state)
+            sup.append_state(building, state)
             os.rename(building, sup.job_dir(self.root, job_id))
         except OSError:
             shutil.rmtree(building, ignore_errors=True)
@@ -293,7 +292,7 @@ class LocalLauncher(ComputeDriver):
         return _status(state)
 
     def _existing(self, job_id: str, fingerprint: str) -> JobStatus | None:
-        state = sup.read_json(os.path.join(sup.job_dir(self.root, job_id), "state.json"))
+        state = sup.read_state(sup.job_dir(self.root, job_id))
         if state is None:
             return None
         if state.get("fingerprint") != fingerprint:
@@ -338,7 +337,7 @@ class LocalLauncher(ComputeDriver):
         for job_id in os.listdir(sup.jobs_dir(self.root)):
             if not _ID.match(job_id):
                 continue
-            state = sup.read_json(os.path.join(sup.job_dir(self.root, job_id), "state.json"))
+            state = sup.read_state(sup.job_dir(self.root, job_id))
             if state is None:
                 continue
             have = state.get("labels") or {}
