@@ -180,3 +180,72 @@ def test_gcsfs_does_not_retry_under_the_portable_retry_layer() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _ResumableServer(http.server.BaseHTTPRequestHandler):
+    """GCS's resumable upload protocol, as documented, that loses the reply to the first chunk.
+
+    fake-gcs-server cannot show the recovery: it treats a status query as the final chunk.
+    """
+
+    protocol_version = "HTTP/1.1"
+    stored = bytearray()
+    done: bytes | None = None
+    chunks = 0
+    status_queries = 0
+
+    def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # start a session
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        port = self.server.server_address[1]
+        self._reply(200, b"{}", {"Location": f"http://127.0.0.1:{port}/session/1"})
+
+    def do_PUT(self) -> None:
+        cls = type(self)
+        data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        span = self.headers["Content-Range"].removeprefix("bytes ")
+        first_last, _, total = span.partition("/")
+        if first_last == "*":
+            cls.status_queries += 1
+        else:
+            first = int(first_last.partition("-")[0])
+            assert first == len(cls.stored), "a chunk that does not continue the upload"
+            cls.stored += data
+            cls.chunks += 1
+            if cls.chunks == 1:
+                self.close_connection = True  # the chunk is kept, the reply is lost
+                return
+        if total != "*" and len(cls.stored) == int(total):
+            cls.done = bytes(cls.stored)
+            self._reply(200, f'{{"generation": "7", "size": "{total}"}}'.encode())
+        else:
+            self._reply(308, b"", {"Range": f"bytes=0-{len(cls.stored) - 1}"} if cls.stored else {})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_chunk_whose_reply_was_lost_is_not_sent_twice() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ResumableServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"gs://some-bucket?engine=fsspec&endpoint_url=http://127.0.0.1:{server.server_port}"
+        policy = ResiliencePolicy(retry=RetryPolicy(max_attempts=3, initial_backoff=0.0), breaker=None)
+        part = 256 * 1024
+        data = bytes(range(256)) * (3 * part // 256 + 3)
+        with Bucket(open_driver(url), url=url, policy=policy) as b, b.open("big.bin", "wb", part_size=part) as out:
+            out.write(data)
+        assert _ResumableServer.status_queries == 1
+        assert _ResumableServer.done == data
+        assert out.etag == "7"  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
