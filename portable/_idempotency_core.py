@@ -99,6 +99,8 @@ class IdempotencyStore(Protocol):
     def release(self, key: str, token: str) -> None:
         """Give the claim up (the effect failed): the next caller may run it.
 
+        Releasing twice may raise PreconditionFailed (the claim is gone).
+
         Raises:
             PreconditionFailed: ``token`` is not the current claim's (the lease was lost).
         """
@@ -127,9 +129,7 @@ def fingerprint(payload: bytes | bytearray | memoryview | str | Mapping[str, Any
     """
     if type(payload) is bytes:
         return _sha256(payload).hexdigest()[:32]
-    if isinstance(payload, bytes):
-        data = bytes(payload)
-    elif isinstance(payload, bytearray | memoryview):
+    if isinstance(payload, bytes | bytearray | memoryview):
         data = bytes(payload)
     elif isinstance(payload, str):
         data = payload.encode("utf-8", "surrogatepass")

@@ -83,6 +83,7 @@ from .errors import (
     MissingDependency,
     PreconditionFailed,
     TooLarge,
+    UnknownScheme,
 )
 from .resilience import remaining
 from .urls import ParsedURL, parse_url
@@ -527,5 +528,13 @@ def open_store(url: str | ParsedURL | None = None) -> IdempotencyStore:
     limit = parsed.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
     from .storage import open_bucket
 
-    return BucketStore(open_bucket(parsed.without("max_result_bytes").raw), max_result_bytes=limit)
+    try:
+        bucket = open_bucket(parsed.without("max_result_bytes").raw)
+    except UnknownScheme as exc:
+        raise UnknownScheme(
+            f"no idempotency store for {scheme}://: use mem://, sqlite://PATH, redis:// "
+            f"(pip install 'portable[redis]'), a scheme of entry-point group {GROUP}, or a bucket URL. "
+            f"{exc}"
+        ) from None
+    return BucketStore(bucket, max_result_bytes=limit)
 

@@ -225,6 +225,8 @@ def test_open_store_explains_bad_urls(monkeypatch: pytest.MonkeyPatch, tmp_path:
         open_store("mem://?colour=blue")
     with pytest.raises(InvalidURL, match="names no file"):
         open_store("sqlite://")
+    with pytest.raises(InvalidURL, match=r"no idempotency store for memory://.*Did you mean mem://"):
+        open_store("memory://x")
     monkeypatch.chdir(str(tmp_path))
     monkeypatch.delenv("PORTABLE_IDEMPOTENCY_URL", raising=False)
     monkeypatch.delenv("PORTABLE_CONFIG", raising=False)
