@@ -13,9 +13,9 @@ import re
 import google.api_core.exceptions as gexc
 import google.auth.exceptions
 
-from portable.errors import ErrorCode, InvalidURL
+from portable.errors import ErrorCode, InvalidURL, PermissionDenied
 
-__all__ = ["EXACTLY_ONCE_FAILURE", "check_project", "code_of"]
+__all__ = ["EXACTLY_ONCE_FAILURE", "check_project", "code_of", "no_credentials"]
 
 #: The ErrorInfo reason of an ack/modify refused on an exactly-once subscription.
 EXACTLY_ONCE_FAILURE = "EXACTLY_ONCE_ACKID_FAILURE"
@@ -78,3 +78,13 @@ def code_of(exc: BaseException) -> ErrorCode | None:
     if isinstance(exc, gexc.GoogleAPIError):
         return ErrorCode.UNKNOWN
     return None
+
+
+def no_credentials(scheme: str, option: str) -> PermissionDenied:
+    """The error for a client that found no application-default credentials."""
+    return PermissionDenied(
+        f"{scheme}:// found no Google credentials: set GOOGLE_APPLICATION_CREDENTIALS to a key file, "
+        f"run 'gcloud auth application-default login', run on Google Cloud, or give {option}= "
+        "to use an emulator",
+        provider=scheme,
+    )

@@ -53,6 +53,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import google.api_core.exceptions as gexc
+import google.auth.exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
 
@@ -157,7 +158,10 @@ class FirestoreIdempotencyStore:
             # emulator's "owner" token) keys on this attribute, set from the environment.
             self._client._emulator_host = emulator
         else:
-            self._client = firestore.Client(project=project, database=database)
+            try:
+                self._client = firestore.Client(project=project, database=database)
+            except google.auth.exceptions.DefaultCredentialsError as exc:
+                raise _google.no_credentials("firestore", "endpoint") from exc
         self._collection = self._client.collection(*segments)
         self._guard = Guard("firestore", self.endpoint, _Errors(), policy)
 

@@ -260,14 +260,19 @@ class GCSStorage(StorageDriver):
         kwargs: dict[str, Any] = {}
         if project or os.environ.get("GOOGLE_CLOUD_PROJECT"):
             kwargs["project"] = project or os.environ["GOOGLE_CLOUD_PROJECT"]
-        self._fs = _SingleShotGCSFileSystem(
-            token=token,
-            endpoint_url=self.endpoint,
-            requests_timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout),
-            skip_instance_cache=True,
-            use_listings_cache=False,
-            **kwargs,
-        )
+        try:
+            self._fs = _SingleShotGCSFileSystem(
+                token=token,
+                endpoint_url=self.endpoint,
+                requests_timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout),
+                skip_instance_cache=True,
+                use_listings_cache=False,
+                **kwargs,
+            )
+        except google.auth.exceptions.DefaultCredentialsError as exc:
+            from ._google import no_credentials
+
+            raise no_credentials("gs", "endpoint_url") from exc
         self._loop = self._fs.loop
         self._signer = self._signing_credentials(signing_key_file)
         self.batch_concurrency = concurrency
@@ -605,9 +610,10 @@ class GCSStorage(StorageDriver):
 
     def close(self) -> None:
         session = getattr(self._fs, "_session", None)
-        if session is not None:
-            gcsfs.core.GCSFileSystem.close_session(self._loop, session)
-            self._fs._session = None
+        self._fs._session = None
+        if session is not None and not session.closed:
+            with contextlib.suppress(Exception):  # closing is best effort; the loop may be gone
+                fsspec.asyn.sync(self._loop, session.close, timeout=5)
 
 
 def _http_status(code: Any) -> int | None:

@@ -92,6 +92,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import google.api_core.exceptions as gexc
+import google.auth.exceptions
 import grpc  # type: ignore[import-untyped]
 from google.pubsub_v1 import types as pubsub_types
 from google.pubsub_v1.services.publisher import PublisherClient
@@ -198,8 +199,11 @@ class PubSubMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
             self._publisher = PublisherClient(transport=PublisherGrpcTransport(channel=self._channel))
             self._subscriber = SubscriberClient(transport=SubscriberGrpcTransport(channel=self._channel))
         else:
-            self._publisher = PublisherClient()
-            self._subscriber = SubscriberClient()
+            try:
+                self._publisher = PublisherClient()
+                self._subscriber = SubscriberClient()
+            except google.auth.exceptions.DefaultCredentialsError as exc:
+                raise _google.no_credentials("pubsub", "endpoint") from exc
         self._topic_path = f"projects/{project}/topics/{topic}" if topic else None
         self._sub_path = f"projects/{project}/subscriptions/{subscription}" if subscription else None
         self._ack_deadline: int | None = None
