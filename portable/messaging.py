@@ -836,6 +836,8 @@ class Subscription:
           with a different body (IdempotencyConflict) is dead-lettered.
 
         Messages with the same ``key`` are handled one at a time, in order.
+        Where the provider cannot extend leases (``capabilities.lease_extension``
+        is False: Kafka), a handler must finish within ``lease``.
 
         Stopping: :meth:`stop`, ``stop_event.set()``, or SIGTERM/SIGINT (handlers are
         installed only when called from the main thread and ``handle_signals``). The

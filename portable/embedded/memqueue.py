@@ -3,7 +3,8 @@
 URLs:
     ``mem://NAME`` names a queue that is both a topic and its (competing-consumer)
     subscription. Every ``mem://NAME`` opened in one process shares the queue,
-    like a server would; ``mem://`` alone is private to the object that opened it.
+    like a server would; ``mem://`` alone is private to the object that opened it
+    (its dead letters too: nothing can open them).
     ``mem://NAME?dead_letter=true`` opens NAME's dead-letter queue.
 
 Options:
