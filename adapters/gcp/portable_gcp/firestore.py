@@ -35,6 +35,10 @@ How:
     also holds ``expire_at`` (a timestamp): give the collection a Firestore
     TTL policy on that field and expired records are deleted for you.
 
+As:
+    A store is not a driver and has no ``as_()``; :attr:`FirestoreIdempotencyStore.client`
+    is the ``google.cloud.firestore.Client`` it uses.
+
 Retries:
     Every RPC passes ``retry=None`` and runs under a
     :class:`portable.resilience.Guard` (breaker ``firestore:<endpoint>:idempotency``),
@@ -184,6 +188,11 @@ class FirestoreIdempotencyStore:
 
     def __repr__(self) -> str:
         return f"FirestoreIdempotencyStore('firestore://{self.project}/{self.collection_path}')"
+
+    @property
+    def client(self) -> firestore.Client:
+        """The ``google.cloud.firestore.Client`` underneath (for what the protocol does not cover)."""
+        return self._client
 
     def close(self) -> None:
         """Close the client's channel."""

@@ -72,10 +72,20 @@ As:
 
 Capabilities:
     lease_extension, nack_delay, ordering / exactly_once / native_dead_letter /
-    delivery_count per subscription (see above); no publish dedup (the
-    ``idempotency_key`` travels as ``portable.idempotency_key`` and
-    ``Subscription.run(idempotency=...)`` deduplicates); max_batch 1,000;
-    leases 1-600 s.
+    delivery_count per subscription (see above); max_batch 1,000; leases
+    1-600 s in whole seconds; 10,000,000 bytes and 100 attributes a message.
+
+Known differences:
+    * No publish dedup: the ``idempotency_key`` travels as
+      ``portable.idempotency_key`` and ``Subscription.run(idempotency=...)``
+      deduplicates.
+    * ``delivery_attempt`` is exact only with a dead-letter policy; without one
+      Pub/Sub does not count and every delivery reports 1.
+    * Ordering applies to messages with a key. On an ordered exactly-once
+      subscription an ack of a later message of a key before an earlier one
+      fails transiently (``TRANSIENT_FAILURE_UNORDERED_ACK_ID``, retried as
+      Unavailable). The emulator applies that to messages without a key too.
+    * The emulator answers an empty Pull at once instead of holding it.
 """
 
 from __future__ import annotations

@@ -202,4 +202,4 @@ def test_rpcs_are_not_retried_by_the_client() -> None:
     started = time.monotonic()
     with open_topic(url, policy=policy) as topic, pytest.raises(Unavailable):
         topic.publish(b"x")
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 2.5  # api_core's default Retry keeps trying for a minute
