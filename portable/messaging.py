@@ -1107,7 +1107,8 @@ class _Consumer:
                 try:
                     message.extend_lease(self.lease)
                 except PreconditionFailed:
-                    log.warning("lost the lease on message %s; it may be handled twice", message.id)
+                    if not message.settled:  # else the handler settled it meanwhile: no loss
+                        log.warning("lost the lease on message %s; it may be handled twice", message.id)
                 except PortableError as exc:
                     if not message.settled:
                         log.warning("could not extend the lease on message %s: %s", message.id, exc)
