@@ -204,6 +204,7 @@ class PubSubMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         self.emulator = emulator
         self.endpoint = emulator or GOOGLE_ENDPOINT
         self._channel: grpc.Channel | None = None
+        self._closed = False
         if emulator:
             self._channel = grpc.insecure_channel(emulator, options=_GRPC_OPTIONS)
             self._publisher = PublisherClient(transport=PublisherGrpcTransport(channel=self._channel))
@@ -554,9 +555,12 @@ class PubSubMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         return None
 
     def close(self) -> None:
+        # Topic.close() closes its side and then the driver: the same object here, so twice.
+        if self._closed:
+            return
+        self._closed = True
         if self._channel is not None:
             self._channel.close()
-            self._channel = None
         else:
             for client in (self._publisher, self._subscriber):
                 with contextlib.suppress(Exception):

@@ -143,15 +143,27 @@ def test_a_missing_topic_is_not_found(pubsub: dict[str, str], unique_name: str) 
 
 
 def test_publish_batch_splits_requests_by_bytes_and_keeps_key_order(
-    pubsub: dict[str, str], unique_name: str
+    pubsub: dict[str, str], unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for url in temporary_url(base_url(pubsub, unique_name), unique_name):
+    from google.pubsub_v1 import PublisherClient
+
+    with temporary(pubsub, unique_name) as url:
         small = url + "&batch_max_bytes=2048&batch_max_messages=7"
         with open_topic(small) as topic, open_subscription(url, profile=contract_profile(url)) as sub:
             assert topic.capabilities.max_batch == 7
+            client = topic.as_(PublisherClient)
+            sizes: list[int] = []
+            send = client.publish
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                sizes.append(len(kwargs["request"].messages))
+                return send(*args, **kwargs)
+
+            monkeypatch.setattr(client, "publish", counted)
             items = [OutgoingMessage(f"{k}:{i}".encode() + b"." * 300, key=k) for i in range(12) for k in "ab"]
             ids = topic.publish_batch(items)
             assert len(set(ids)) == 24
+            assert sum(sizes) == 24 and max(sizes) <= 5, sizes  # ~370 bytes each, 2,048 a request
             seen: dict[str, list[int]] = {"a": [], "b": []}
             until = time.monotonic() + 20
             while sum(map(len, seen.values())) < 24 and time.monotonic() < until:
