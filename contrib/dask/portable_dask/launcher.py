@@ -61,13 +61,16 @@ from __future__ import annotations
 import codecs
 import contextlib
 import datetime as dt
+import functools
 import logging
 import os
+import select
 import signal
 import subprocess
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -156,48 +159,74 @@ def _run_command(
     if doomed is not None:
         _kill_group(proc, doomed)
     assert proc.stdout is not None
-    stream = proc.stdout
-
-    def pump() -> None:
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        pending: list[str] = []
-        last = time.monotonic()
-        while True:
-            chunk = stream.read1(65536)  # type: ignore[attr-defined]  # a BufferedReader
-            if chunk:
-                pending.append(decoder.decode(chunk))
-            now = time.monotonic()
-            if pending and (not chunk or now - last >= _LOG_FLUSH):
-                worker.log_event(log_topic, {"attempt": attempt, "text": "".join(pending)})
-                pending.clear()
-                last = now
-            if not chunk:
-                tail = decoder.decode(b"", final=True)
-                if tail:
-                    worker.log_event(log_topic, {"attempt": attempt, "text": tail})
-                return
-
-    reader = threading.Thread(target=pump, daemon=True, name=f"portable-log-{job_id}")
-    reader.start()
-    timed_out = False
     try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc, grace)
-        code = proc.wait()
+        outcome = _pump(proc, job_id, attempt, timeout, grace, worker, log_topic)
     finally:
         with _PROCS_LOCK:
             _PROCS.pop((job_id, attempt), None)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # what the attempt left behind
-    reader.join(5)
-    stream.close()
+    worker.log_event(topic, {"job": job_id, "attempt": attempt, "event": "finished", "outcome": outcome})
+    return outcome
+
+
+def _pump(
+    proc: subprocess.Popen[bytes],
+    job_id: str,
+    attempt: int,
+    timeout: float | None,
+    grace: float,
+    worker: Any,
+    log_topic: str,
+) -> dict[str, Any]:
+    """Stream the command's output to the event log until it ends; enforce its timeout.
+
+    One thread: select on the pipe, at most 0.1 s at a time, so that a job whose
+    leftover children keep the pipe open still ends when its own process does.
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    pending: list[str] = []
+    flushed = time.monotonic()
+    deadline = None if timeout is None else flushed + timeout
+    timed_out = False
+    code: int | None = None
+    while True:
+        now = time.monotonic()
+        wait = 0.1
+        if pending:
+            wait = min(wait, max(0.0, flushed + _LOG_FLUSH - now))
+        if deadline is not None and not timed_out:
+            wait = min(wait, max(0.0, deadline - now))
+        ready, _, _ = select.select([fd], [], [], wait)
+        chunk = os.read(fd, 65536) if ready else None
+        if chunk:
+            pending.append(decoder.decode(chunk))
+        now = time.monotonic()
+        if pending and (chunk == b"" or now - flushed >= _LOG_FLUSH):
+            worker.log_event(log_topic, {"attempt": attempt, "text": "".join(pending)})
+            pending.clear()
+            flushed = now
+        if deadline is not None and not timed_out and now >= deadline:
+            timed_out = True
+            _kill_group(proc, grace)
+        if chunk == b"":
+            break
+        if code is None and (code := proc.poll()) is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what the attempt left behind
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        worker.log_event(log_topic, {"attempt": attempt, "text": tail})
+    proc.stdout.close()
+    if code is None:
+        code = proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
     return {"exit_code": code, "timed_out": timed_out}
 
 
-def _run_callable(job_id: str, attempt: int, topic: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The task of one attempt of a callable job."""
+def _run_callable(fn: Callable[..., Any], job_id: str, attempt: int, topic: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The task of one attempt of a callable job (bound to ``fn`` with functools.partial)."""
     worker = get_worker()
     worker.log_event(topic, {"job": job_id, "attempt": attempt, "event": "started", "worker": worker.address})
     return fn(*args, **kwargs)
@@ -225,7 +254,8 @@ class _Record:
     running_attempt: int = 0
     intent: str | None = None
     intent_grace: float = 0.0
-    result: Any = None
+    result: Future[Any] | None = None
+    outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> JobStatus:
@@ -276,6 +306,7 @@ class DaskLauncher(ComputeDriver):
         self._topic = f"portable-jobs-{uuid.uuid4().hex[:16]}"
         self._actions = ThreadPoolExecutor(1, thread_name_prefix="portable-dask")
         self._timers: set[threading.Timer] = set()
+        self._tasks: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = weakref.WeakKeyDictionary()
         self._closed = False
         client.subscribe_topic(self._topic, self._on_event)
 
@@ -368,9 +399,16 @@ class DaskLauncher(ComputeDriver):
         task_key = f"{rec.job_id}-{attempt}"
         if rec.call is not None:
             fn, args, kwargs = rec.call
-            fut = self.client.submit(
-                _run_callable, rec.job_id, attempt, self._topic, fn, args, kwargs, key=task_key, pure=False
-            )
+            try:
+                task = self._tasks.get(fn)
+            except TypeError:  # not weakly referenceable (a builtin): no cache
+                task = None
+            if task is None:
+                # one task function per callable, so that Dask pickles it once, not per job
+                task = functools.partial(_run_callable, fn)
+                with contextlib.suppress(TypeError):
+                    self._tasks[fn] = task
+            fut = self.client.submit(task, rec.job_id, attempt, self._topic, args, kwargs, key=task_key, pure=False)
         else:
             env = dict(spec.env)
             env.update(
@@ -398,12 +436,17 @@ class DaskLauncher(ComputeDriver):
     def _on_event(self, event: tuple[float, Any]) -> None:
         """Runs on the client's event loop: keep it short, never block."""
         msg = event[1]
-        if not isinstance(msg, dict) or msg.get("event") != "started":
+        if not isinstance(msg, dict):
             return
         with self._lock:
             rec = self._jobs.get(msg.get("job", ""))
             attempt = int(msg.get("attempt", 0))
             if rec is None or attempt != rec.launched or rec.state.terminal:
+                return
+            if msg.get("event") == "finished":
+                rec.outcomes[attempt] = msg["outcome"]  # spares _on_done a round trip for the result
+                return
+            if msg.get("event") != "started" or rec.state is JobState.RUNNING:
                 return
             rec.attempts = max(rec.attempts, attempt)
             rec.worker = msg.get("worker")
@@ -420,15 +463,18 @@ class DaskLauncher(ComputeDriver):
         """Runs in Dask's callback thread once an attempt's future is done."""
         outcome: dict[str, Any] | None = None
         error: BaseException | None = None
-        value: Any = None
         status = fut.status
         if status == "finished":
-            try:
-                value = fut.result(timeout=30)
-            except Exception as exc:  # the result could not be fetched
-                error = exc
+            if rec.call is not None:
+                outcome = {"exit_code": 0}  # the value stays on the cluster until result() asks
             else:
-                outcome = value if rec.call is None else {"exit_code": 0}
+                with self._lock:
+                    outcome = rec.outcomes.pop(attempt, None)
+                if outcome is None:
+                    try:
+                        outcome = fut.result(timeout=30)
+                    except Exception as exc:  # the result could not be fetched
+                        error = exc
         elif status == "error":
             try:
                 error = fut.exception(timeout=30)
@@ -459,7 +505,7 @@ class DaskLauncher(ComputeDriver):
                 self._end(rec, JobState.FAILED, str(outcome["error"]), None)
                 return
             if outcome is not None and outcome.get("exit_code") == 0:
-                rec.result = value if rec.call is not None else None
+                rec.result = fut if rec.call is not None else None
                 self._end(rec, JobState.SUCCEEDED, None, 0)
                 return
             if outcome is not None:
@@ -610,9 +656,10 @@ class DaskLauncher(ComputeDriver):
         """The return value of a succeeded callable job (None for commands)."""
         with self._lock:
             rec = self._record(job_id)
-            if rec.state is not JobState.SUCCEEDED:
+            if rec.state is not JobState.SUCCEEDED or rec.result is None:
                 raise Unsupported(f"job {job_id} has no result: it is {rec.state.value}", provider=self.scheme)
-            return rec.result
+            fut = rec.result
+        return fut.result()
 
     def close(self) -> None:
         if self._closed:
