@@ -16,9 +16,13 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from urllib.parse import unquote
 
 from .errors import IdempotencyConflict, InvalidArgument, PreconditionFailed, TooLarge
+
+if TYPE_CHECKING:
+    from .urls import ParsedURL
 
 _sha256 = hashlib.sha256
 
@@ -35,6 +39,7 @@ __all__ = [
     "fingerprint",
     "lost_error",
     "new_token",
+    "without_options",
 ]
 
 #: Seconds a claim stays exclusive before another caller may take it over.
@@ -203,3 +208,16 @@ def lost_error(key: str) -> PreconditionFailed:
         f"the claim on idempotency key {key[:200]!r} was lost (its lease expired and another "
         "caller took it over, or the record expired)"
     )
+
+
+def without_options(url: ParsedURL, *names: str, scheme: str | None = None) -> str:
+    """``url`` as written, minus the query options ``names`` (and with another scheme).
+
+    The other options keep their original percent-encoding, so a value that
+    holds ``&`` or ``=`` (an Azure SAS token) survives.
+    """
+    rest = url.raw.split("://", 1)[1]
+    base, _, query = rest.partition("?")
+    kept = [pair for pair in query.split("&") if pair and unquote(pair.partition("=")[0]) not in names]
+    head = scheme if scheme is not None else url.raw.split("://", 1)[0]
+    return f"{head}://{base}" + (f"?{'&'.join(kept)}" if kept else "")

@@ -74,6 +74,7 @@ from ._idempotency_core import (
     fingerprint,
     lost_error,
     new_token,
+    without_options,
 )
 from ._idempotency_sqlite import SqliteStore
 from .errors import (
@@ -529,7 +530,7 @@ def open_store(url: str | ParsedURL | None = None) -> IdempotencyStore:
     from .storage import open_bucket
 
     try:
-        bucket = open_bucket(parsed.without("max_result_bytes").raw)
+        bucket = open_bucket(without_options(parsed, "max_result_bytes"))
     except UnknownScheme as exc:
         raise UnknownScheme(
             f"no idempotency store for {scheme}://: use mem://, sqlite://PATH, redis:// "

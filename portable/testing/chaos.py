@@ -79,6 +79,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
+from .._idempotency_core import without_options
 from ..driver.messaging import (
     MessagingCapabilities,
     MessagingDriver,
@@ -630,8 +631,7 @@ def open_chaos(domain: Domain, url: ParsedURL) -> StorageDriver | MessagingDrive
     if domain not in ("storage", "messaging"):
         raise Unsupported(f"chaos+ wraps storage and messaging URLs, not {domain}")
     controller = _controller_from(url, domain)
-    inner_url = url.with_scheme(inner_scheme).without(*OPTIONS)
-    inner = open_driver(domain, inner_url)
+    inner = open_driver(domain, without_options(url, *OPTIONS, scheme=inner_scheme))
     if domain == "storage":
         return ChaosStorage(inner, controller)
     return ChaosMessaging(inner, controller)

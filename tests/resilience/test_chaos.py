@@ -172,3 +172,14 @@ def test_a_lost_publish_reply_duplicates_the_message_unless_the_provider_dedups(
 def test_chaos_of_refuses_what_is_not_wrapped() -> None:
     with pytest.raises(Unsupported, match="not opened with a chaos"):
         chaos_of(open_bucket("mem://"))
+
+
+def test_inner_options_keep_their_encoding() -> None:
+    from portable._idempotency_core import without_options
+    from portable.urls import parse_url
+
+    url = parse_url("chaos+az://acct/c?sas_token=sv%3D2020%26sig%3Dabc&seed=1&error_rate=0.1")
+    inner = without_options(url, "seed", "error_rate", scheme="az")
+    assert inner == "az://acct/c?sas_token=sv%3D2020%26sig%3Dabc"
+    assert parse_url(inner).options == {"sas_token": "sv=2020&sig=abc"}
+    assert without_options(parse_url("mem://x?seed=1"), "seed") == "mem://x"

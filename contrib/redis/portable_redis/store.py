@@ -46,6 +46,7 @@ from portable._idempotency_core import (
     check_result,
     conflict_error,
     lost_error,
+    without_options,
 )
 from portable._redact import redact
 from portable.driver import Classifier, ErrorCode
@@ -157,9 +158,9 @@ class RedisStore:
         """Open ``redis://host:port/db?prefix=...&max_result_bytes=...``."""
         prefix = url.take_str("prefix", "portable:idem:") or ""
         limit = url.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
-        inner = url.without("prefix", "max_result_bytes")
+        inner = without_options(url, "prefix", "max_result_bytes")
         try:
-            client = redis.Redis.from_url(inner.raw, retry=Retry(NoBackoff(), 0), decode_responses=False)
+            client = redis.Redis.from_url(inner, retry=Retry(NoBackoff(), 0), decode_responses=False)
         except ValueError as exc:
             raise InvalidURL(f"{url}: {redact(str(exc))}") from None
         return cls(client, prefix=prefix, max_result_bytes=limit, endpoint=f"redis://{url.host}{url.path}")
