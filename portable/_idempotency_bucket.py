@@ -61,7 +61,12 @@ from .errors import (
 if TYPE_CHECKING:
     from .storage import Bucket
 
-__all__ = ["KEY_METADATA", "PAYLOAD_METADATA", "BucketStore", "idempotent_put"]
+__all__ = [
+    "BucketStore",
+    "KEY_METADATA",
+    "PAYLOAD_METADATA",
+    "idempotent_put",
+]
 
 _IN_PROGRESS = "in_progress"
 _COMPLETED = "completed"

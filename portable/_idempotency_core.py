@@ -27,11 +27,11 @@ if TYPE_CHECKING:
 _sha256 = hashlib.sha256
 
 __all__ = [
+    "Claim",
+    "ClaimStatus",
     "DEFAULT_LEASE",
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TTL",
-    "Claim",
-    "ClaimStatus",
     "IdempotencyStore",
     "check_claim_args",
     "check_result",

@@ -90,13 +90,13 @@ from .resilience import remaining
 from .urls import ParsedURL, parse_url
 
 __all__ = [
+    "BucketStore",
+    "Claim",
+    "ClaimStatus",
     "DEFAULT_LEASE",
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TTL",
     "GROUP",
-    "BucketStore",
-    "Claim",
-    "ClaimStatus",
     "IdempotencyStore",
     "MemoryStore",
     "SqliteStore",

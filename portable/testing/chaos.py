@@ -101,9 +101,6 @@ from ..errors import ErrorCode, InvalidURL, Unsupported
 from ..urls import Domain, ParsedURL, open_driver
 
 __all__ = [
-    "MESSAGING_FAULTS",
-    "OPTIONS",
-    "STORAGE_FAULTS",
     "ChaosController",
     "ChaosMessaging",
     "ChaosStats",
@@ -115,6 +112,9 @@ __all__ = [
     "InjectedThrottle",
     "InjectedTimeout",
     "InjectedUnavailable",
+    "MESSAGING_FAULTS",
+    "OPTIONS",
+    "STORAGE_FAULTS",
     "chaos_of",
     "open_chaos",
 ]
