@@ -314,9 +314,10 @@ def idempotent_put(
         )
     except (AlreadyExists, PreconditionFailed) as exc:
         try:
-            found = bucket.head(key).metadata or {}
+            info = bucket.head(key)
         except NotFound:
             raise exc from None
+        found = info.metadata or {}
         if found.get(KEY_METADATA) != marker:
             raise
         if found.get(PAYLOAD_METADATA) != fp:
@@ -325,4 +326,4 @@ def idempotent_put(
                 "with a different payload; use a new key for a new write",
                 provider=bucket.provider,
             ) from exc
-        return bucket.head(key).etag
+        return info.etag
