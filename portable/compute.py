@@ -30,17 +30,31 @@ Portable rules (so that a spec one provider accepts, every provider accepts):
 * ``retries`` 0-9 (AWS Batch allows 10 attempts); ``timeout`` > 0 seconds.
 * ``image`` is used by container backends and ignored by the others, so one
   spec runs everywhere.
+
+Job events: ``open_launcher(..., events="sqlite://./q.db?name=jobs")`` (or a
+:class:`~portable.messaging.Topic`) publishes each state change of the jobs
+this launcher submits as a CloudEvent: type ``dev.portable.job.<state>``
+(``pending``, ``running``, ``succeeded``, ``failed``, ``cancelled``), source
+the launcher's endpoint, subject the job id, data the status as JSON, and an
+id made of job id, state, attempt and preemptions, so that two launchers
+reporting one change publish one idempotency key. A background thread polls
+the watched jobs (every 0.2 s) while any is unfinished; changes shorter than
+that may be missed, the final state never is (``close()`` reports it).
 """
 
 from __future__ import annotations
 
 import builtins
+import datetime as dt
+import json
+import logging
 import math
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import urls
 from ._redact import redact
@@ -65,6 +79,11 @@ from .errors import (
     Unsupported,
 )
 from .resilience import Guard, ResiliencePolicy, remaining
+
+if TYPE_CHECKING:
+    from .messaging import Topic
+
+_log = logging.getLogger("portable.compute")
 
 __all__ = [
     "ComputeCapabilities",
@@ -399,14 +418,23 @@ class Launcher:
     ``with``) to release the provider's connections. Closing never stops jobs.
     """
 
-    __slots__ = ("_driver", "_guard", "_once", "provider", "url")
+    __slots__ = ("_driver", "_events", "_guard", "_once", "provider", "url")
 
-    def __init__(self, driver: ComputeDriver, *, url: str = "", policy: ResiliencePolicy | None = None) -> None:
+    def __init__(
+        self,
+        driver: ComputeDriver,
+        *,
+        url: str = "",
+        policy: ResiliencePolicy | None = None,
+        events: Topic | None = None,
+        own_events: bool = False,
+    ) -> None:
         self._driver = driver
         self.provider = driver.scheme
         self.url = url
         self._guard = Guard(driver.scheme, driver.endpoint, driver, policy)
         self._once = Guard(driver.scheme, driver.endpoint, _NoRetry(driver), policy)
+        self._events = None if events is None else _JobEvents(self, events, own_events)
 
     def __repr__(self) -> str:
         return f"Launcher({redact(self.url)!r})"
@@ -442,6 +470,8 @@ class Launcher:
         clean = normalise_spec(spec, self._driver.capabilities)
         guard = self._guard if clean.idempotency_key is not None else self._once
         status = guard.call("submit", f"submit {clean.name}", self._driver.submit, clean)
+        if self._events is not None:
+            self._events.watch(status)
         return Job(self, status.job_id)
 
     def get(self, job_id: str) -> Job:
@@ -488,8 +518,13 @@ class Launcher:
         self._guard.call("control", f"preempt {job_id}", self._driver.preempt, job_id, grace)
 
     def close(self) -> None:
-        """Release the driver's connections and threads; jobs go on."""
-        self._driver.close()
+        """Report the last job events (if any), release the driver's connections
+        and threads; jobs go on."""
+        try:
+            if self._events is not None:
+                self._events.close()
+        finally:
+            self._driver.close()
 
     def as_(self, kind: type[T]) -> T:
         """Return the native object of type ``kind`` under this launcher (see each adapter)."""
@@ -541,6 +576,103 @@ class Launcher:
             raise self._guard.wrap(f"logs {job_id}", exc) from exc
 
 
+class _JobEvents:
+    """Publishes the state changes of watched jobs to a Topic as CloudEvents."""
+
+    interval = 0.2
+
+    def __init__(self, launcher: Launcher, topic: Topic, own: bool) -> None:
+        self._launcher = launcher
+        self._topic = topic
+        self._own = own
+        self._source = redact(launcher.driver.endpoint or f"{launcher.provider}://")
+        self._lock = threading.Lock()
+        self._last: dict[str, str] = {}  # job id -> id of the last event published
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def watch(self, status: JobStatus) -> None:
+        self._publish(status)
+        with self._lock:
+            if status.done or self._closed:
+                return
+            self._last.setdefault(status.job_id, "")
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="portable-job-events", daemon=True)
+                self._thread.start()
+
+    def _publish(self, status: JobStatus) -> None:
+        from .cloudevents import CloudEvent
+
+        event_id = f"{status.job_id}:{status.state.value}:{status.attempts}:{status.preemptions}"
+        with self._lock:
+            if self._last.get(status.job_id) == event_id:
+                return
+        event = CloudEvent(
+            id=event_id,
+            source=self._source,
+            type=f"dev.portable.job.{status.state.value.lower()}",
+            subject=status.job_id,
+            time=dt.datetime.now(dt.UTC),
+            datacontenttype="application/json",
+            data=json.dumps(_status_data(status), separators=(",", ":")).encode("utf-8"),
+        )
+        self._topic.publish_event(event)
+        with self._lock:
+            if status.done:
+                self._last.pop(status.job_id, None)
+            else:
+                self._last[status.job_id] = event_id
+
+    def poll_once(self) -> None:
+        with self._lock:
+            watched = list(self._last)
+        for job_id in watched:
+            try:
+                self._publish(self._launcher._describe(job_id))
+            except PortableError as exc:  # try again on the next round
+                _log.warning("job events: %s: %s", job_id, exc)
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.interval)
+            self.poll_once()
+            with self._lock:
+                if not self._last:
+                    self._thread = None
+                    return
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)
+        self.poll_once()
+        if self._own:
+            self._topic.close()
+
+
+def _status_data(status: JobStatus) -> dict[str, Any]:
+    def when(value: dt.datetime | None) -> str | None:
+        return None if value is None else value.isoformat()
+
+    return {
+        "job_id": status.job_id,
+        "name": status.name,
+        "state": status.state.value,
+        "exit_code": status.exit_code,
+        "reason": status.reason,
+        "attempts": status.attempts,
+        "preemptions": status.preemptions,
+        "labels": dict(status.labels),
+        "created": when(status.created),
+        "started": when(status.started),
+        "finished": when(status.finished),
+    }
+
+
 def open_driver(url: str) -> ComputeDriver:
     """Open the compute driver for ``url`` (no portable layer around it)."""
     driver = urls.open_driver("compute", url)
@@ -549,12 +681,19 @@ def open_driver(url: str) -> ComputeDriver:
     return driver
 
 
-def open_launcher(url: str | None = None, *, profile: str | Profile | None = None) -> Launcher:
+def open_launcher(
+    url: str | None = None, *, profile: str | Profile | None = None, events: str | Topic | None = None
+) -> Launcher:
     """Open a launcher by URL, or the active profile's ``jobs`` URL.
 
     The profile's resilience policy applies either way, and its ``requires``
     are checked now: a launcher that lacks a required capability fails here
     with MissingCapability.
+
+    Args:
+        events: a topic URL or :class:`~portable.messaging.Topic` to publish the
+            submitted jobs' state changes to as CloudEvents (see the module
+            docstring). Defaults to none.
 
     Raises:
         UnknownScheme / MissingDependency / InvalidURL / ConfigError: before any request.
@@ -566,7 +705,14 @@ def open_launcher(url: str | None = None, *, profile: str | Profile | None = Non
         check_requirements(
             "compute", driver.scheme, driver.capabilities.supported(), ComputeCapabilities.flag_names(), prof.requires
         )
+        topic: Topic | None = None
+        if isinstance(events, str):
+            from .messaging import open_topic
+
+            topic = open_topic(events, profile=prof)
+        elif events is not None:
+            topic = events
     except BaseException:
         driver.close()
         raise
-    return Launcher(driver, url=target, policy=prof.resilience)
+    return Launcher(driver, url=target, policy=prof.resilience, events=topic, own_events=isinstance(events, str))
