@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -41,7 +42,8 @@ def consume(url: str, out_file: str, hang_after: int | None, marker: str | None)
             hang = hang_after is not None and handled > hang_after
         if hang:
             assert marker is not None
-            Path(marker).write_text(message.body.decode())
+            Path(marker + ".tmp").write_text(message.body.decode())
+            os.replace(marker + ".tmp", marker)  # atomic: the test never reads it half-written
             time.sleep(3600)  # killed here, mid-handler
         with lock:
             out.write(message.body.decode() + "\n")
