@@ -228,9 +228,9 @@ def test_run_extends_leases_of_long_handlers() -> None:
 
     def handler(m: Message) -> None:
         calls.append(m.delivery_attempt)
-        time.sleep(1.5)  # three leases long
+        time.sleep(2.5)  # two and a half leases long
 
-    finish = _run_in_thread(sub, handler, lease=0.5, concurrency=2, poll=0.2)
+    finish = _run_in_thread(sub, handler, lease=1.0, concurrency=2, poll=0.2)
     wait_for(lambda: sub.stats().available == 0 and sub.stats().in_flight == 0 and calls, 10, "the ack")
     stats = finish()
     assert calls == [1]
