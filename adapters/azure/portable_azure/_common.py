@@ -132,8 +132,10 @@ class AzureAuth:
         kind: ``connection_string``, ``key``, ``sas``, ``identity`` or ``anonymous``.
         account_key: the shared key (``key`` and key-bearing connection strings).
         sas_token: a SAS query string without the leading ``?`` (``sas``).
-        token_credential: an azure-identity credential to use for ``identity``
-            instead of ``DefaultAzureCredential`` (async for Blob, sync for Queue).
+        token_credential: a synchronous azure-identity credential to use for
+            ``identity`` instead of ``DefaultAzureCredential``.
+        async_token_credential: its ``azure.identity.aio`` twin, for the async
+            client that Blob batches and adlfs use.
     """
 
     account: str
@@ -142,6 +144,7 @@ class AzureAuth:
     account_key: str | None = field(default=None, repr=False)
     sas_token: str | None = field(default=None, repr=False)
     token_credential: Any = field(default=None, repr=False)
+    async_token_credential: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return f"AzureAuth(account={self.account!r}, endpoint={redact(self.endpoint)!r}, kind={self.kind!r})"
@@ -162,7 +165,9 @@ class AzureAuth:
 
             return AzureSasCredential(self.sas_token)
         if self.kind == "identity":
-            if self.token_credential is not None:
+            if asynchronous and self.async_token_credential is not None:
+                return self.async_token_credential
+            if not asynchronous and self.token_credential is not None:
                 return self.token_credential
             if asynchronous:
                 from azure.identity.aio import DefaultAzureCredential as AioDefaultAzureCredential

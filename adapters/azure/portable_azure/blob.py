@@ -44,17 +44,26 @@ Keys and names:
     escaped (``pt_content_hhash``) and read back as written. Azure trims
     leading and trailing spaces of metadata values.
 
+Clients:
+    Single-object calls (get, put, head, delete, copy, ranges, streams,
+    listing) use the synchronous azure-storage-blob client, with a cache of
+    per-blob clients (building one costs more CPU than a small GET). The batch
+    methods run on adlfs's async client on fsspec's event loop, many requests
+    in flight (``max_concurrency``). adlfs's ``AzureBlobFileSystem`` is built
+    around that same async client.
+
 Retries:
-    The azure-storage client is built with ``retry_total=0`` and
-    ``retry_to_secondary=False``: its ``ExponentialRetry`` policy makes one
-    attempt and raises, so the portable layer's Guard owns every retry.
-    adlfs's filesystem (``as_``) shares that client.
+    Both clients are built with ``retry_total=0`` and
+    ``retry_to_secondary=False``: azure-storage's ``ExponentialRetry`` policy
+    then makes one attempt and raises, so the portable layer's Guard owns
+    every retry (a 503 with ``max_attempts=3`` is exactly 3 requests).
 
 As:
-    ``adlfs.AzureBlobFileSystem`` (sharing this driver's client and fsspec's
-    event loop), ``azure.storage.blob.aio.ContainerClient`` and
-    ``azure.storage.blob.aio.BlobServiceClient``. They are async clients on
-    fsspec's loop: use them from coroutines run with ``fsspec.asyn.sync``.
+    ``adlfs.AzureBlobFileSystem`` (sharing the async client and fsspec's
+    loop: use its sync methods, or its coroutines through ``fsspec.asyn.sync``),
+    ``azure.storage.blob.ContainerClient`` and ``BlobServiceClient`` (the
+    synchronous clients), and ``azure.storage.blob.aio.ContainerClient`` and
+    ``BlobServiceClient`` (the async ones, on fsspec's loop).
 
 Capabilities:
     Create-only writes (``If-None-Match: *``), etag compare-and-swap
@@ -91,6 +100,7 @@ import base64
 import datetime as dt
 import io
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import IO, Any, Literal, TypeVar
@@ -132,6 +142,7 @@ T = TypeVar("T")
 
 MAX_BLOB_NAME = 1024
 MAX_BLOCKS = 50_000
+_BLOB_CLIENT_CACHE = 128  # about 32 KiB each
 _HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(?:dfs|blob)\.(?P<suffix>.+)$")
 _CS_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ESCAPE = "pt_"
@@ -210,6 +221,7 @@ class BlobStorage(AzureClassifier, StorageDriver):
             InvalidURL: a bad container name or prefix.
         """
         from adlfs import AzureBlobFileSystem  # type: ignore[import-untyped]
+        from azure.storage.blob import BlobServiceClient as SyncBlobServiceClient
         from azure.storage.blob.aio import BlobServiceClient
 
         check_container_or_queue_name(container, "container")
@@ -241,17 +253,24 @@ class BlobStorage(AzureClassifier, StorageDriver):
             max_metadata_bytes=2048,
             min_part_bytes=64 * 1024,
         )
+        client_options: dict[str, Any] = {
+            "retry_total": 0,  # one attempt per call: the portable Guard owns retries
+            "retry_to_secondary": False,
+            "connection_timeout": connection_timeout,
+            "read_timeout": timeout,
+            "user_agent": "portable-azure",
+        }
+        # Single-object calls use the synchronous client: no hop to an event loop thread.
+        self._sync_credential = auth.sdk_credential(asynchronous=False)
+        self._sync_service = SyncBlobServiceClient(auth.endpoint, credential=self._sync_credential, **client_options)
+        self._sync_container = self._sync_service.get_container_client(container)
+        self._blobs: dict[str, Any] = {}
+        # Batches and as_() use adlfs's async client on fsspec's loop: many requests in flight.
         self._loop = fsspec.asyn.get_loop()
-        self._credential = auth.sdk_credential(asynchronous=True)
-        self._service = BlobServiceClient(
-            auth.endpoint,
-            credential=self._credential,
-            retry_total=0,
-            retry_to_secondary=False,
-            connection_timeout=connection_timeout,
-            read_timeout=timeout,
-            user_agent="portable-azure",
+        self._credential = (
+            self._sync_credential if auth.kind != "identity" else auth.sdk_credential(asynchronous=True)
         )
+        self._service = BlobServiceClient(auth.endpoint, credential=self._credential, **client_options)
         self._container = self._service.get_container_client(container)
         try:
             fs = AzureBlobFileSystem(
@@ -321,6 +340,15 @@ class BlobStorage(AzureClassifier, StorageDriver):
     def _name(self, key: str) -> str:
         return self._prefix + key
 
+    def _blob(self, name: str) -> Any:
+        """The synchronous BlobClient of ``name``, cached: building one costs more CPU than a small GET."""
+        client = self._blobs.get(name)
+        if client is None:
+            if len(self._blobs) >= _BLOB_CLIENT_CACHE:
+                self._blobs.clear()
+            client = self._blobs[name] = self._sync_container.get_blob_client(name)
+        return client
+
     def _kw(self) -> dict[str, Any]:
         """Per-request client timeouts, shortened to the deadline in force."""
         left = remaining()
@@ -354,22 +382,19 @@ class BlobStorage(AzureClassifier, StorageDriver):
 
     # -- whole objects -----------------------------------------------------
     def get(self, key: str) -> bytes:
-        return self._run(self._get, self._name(key))
-
-    async def _get(self, name: str) -> bytes:
         from azure.core.exceptions import ResourceModifiedError
 
+        name = self._prefix + key
         try:
-            stream = await self._container.download_blob(name, max_concurrency=self._max_concurrency, **self._kw())
-            data: bytes = await stream.readall()
-            return data
+            data: bytes = self._blob(name).download_blob(max_concurrency=self._max_concurrency, **self._kw()).readall()
         except ResourceModifiedError as exc:
             raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
+        return data
 
     def get_range(self, key: str, start: int, end: int | None) -> bytes:
-        return self._run(self._get_range, self._name(key), start, end)
+        return self._get_range(self._name(key), start, end)
 
-    async def _get_range(self, name: str, start: int, end: int | None, etag: str | None = None) -> bytes:
+    def _get_range(self, name: str, start: int, end: int | None, etag: str | None = None) -> bytes:
         from azure.core import MatchConditions
         from azure.core.exceptions import HttpResponseError
 
@@ -377,21 +402,18 @@ class BlobStorage(AzureClassifier, StorageDriver):
         if etag is not None:
             kw.update(etag=etag, match_condition=MatchConditions.IfNotModified)
         try:
-            stream = await self._container.download_blob(
-                name, offset=start, length=None if end is None else end - start, max_concurrency=self._max_concurrency, **kw
+            stream = self._blob(name).download_blob(
+                offset=start, length=None if end is None else end - start, max_concurrency=self._max_concurrency, **kw
             )
-            data: bytes = await stream.readall()
-            return data
+            data: bytes = stream.readall()
         except HttpResponseError as exc:
             if exc.status_code == 416:  # start at or past the end: a slice is empty
                 return b""
             raise
+        return data
 
     def head(self, key: str) -> ObjectInfo:
-        return self._run(self._head, key)
-
-    async def _head(self, key: str) -> ObjectInfo:
-        props = await self._container.get_blob_client(self._name(key)).get_blob_properties(**self._kw())
+        props = self._blob(self._name(key)).get_blob_properties(**self._kw())
         return ObjectInfo(
             key=key,
             size=props.size,
@@ -402,11 +424,8 @@ class BlobStorage(AzureClassifier, StorageDriver):
         )
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
-        return self._run(self._put, self._name(key), data, options)
-
-    async def _put(self, name: str, data: bytes, options: WriteOptions) -> str | None:
         # overwrite=False makes the SDK send If-None-Match: * (and turn a 412 into 409).
-        result = await self._container.get_blob_client(name).upload_blob(
+        result = self._blob(self._prefix + key).upload_blob(
             data,
             overwrite=not options.if_none_match,
             length=len(data),
@@ -417,32 +436,26 @@ class BlobStorage(AzureClassifier, StorageDriver):
         return _etag_of(result)
 
     def delete(self, key: str) -> None:
-        self._run(self._delete, self._name(key))
-
-    async def _delete(self, name: str) -> None:
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
-            await self._container.delete_blob(name, delete_snapshots="include", **self._kw())
+            self._blob(self._name(key)).delete_blob(delete_snapshots="include", **self._kw())
         except ResourceNotFoundError as exc:
             if error_code(exc) == "ContainerNotFound":
                 raise
 
     def copy(self, src: str, dst: str) -> str | None:
-        return self._run(self._copy, self._name(src), self._name(dst))
-
-    async def _copy(self, src: str, dst: str) -> str | None:
-        source = self._container.get_blob_client(src).url
+        source = self._blob(self._name(src)).url
         if self.auth.sas_token:
             source = f"{source}?{self.auth.sas_token}"
-        target = self._container.get_blob_client(dst)
-        result = await target.start_copy_from_url(source, **self._kw())
+        target = self._blob(self._name(dst))
+        result = target.start_copy_from_url(source, **self._kw())
         status, etag = result.get("copy_status"), result.get("etag")
         wait = 0.05
         while status == "pending":  # a large or cross-account copy runs in the background
-            await asyncio.sleep(wait)
+            time.sleep(wait)
             wait = min(wait * 2, 2.0)
-            props = await target.get_blob_properties(**self._kw())
+            props = target.get_blob_properties(**self._kw())
             status, etag = props.copy.status, props.etag
         if status != "success":
             raise PreconditionFailed(f"server-side copy of {src} ended as {status}", provider=self.scheme)
@@ -450,7 +463,7 @@ class BlobStorage(AzureClassifier, StorageDriver):
 
     # -- streams -------------------------------------------------------------
     def open_read(self, key: str) -> IO[bytes]:
-        info = self._run(self._head, key)
+        info = self.head(key)
         raw = _BlobReader(self, self._name(key), info.size, info.etag)
         return io.BufferedReader(raw, buffer_size=4 * 1024 * 1024)
 
@@ -461,25 +474,22 @@ class BlobStorage(AzureClassifier, StorageDriver):
     def list_page(
         self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
     ) -> ListPage:
-        return self._run(self._list_page, prefix, delimiter, start_after, page_size, token)
-
-    async def _list_page(
-        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
-    ) -> ListPage:
         full = self._prefix + prefix
         cut = len(self._prefix)
         pager: Any
         if delimiter:
-            pager = self._container.walk_blobs(name_starts_with=full, delimiter=delimiter, results_per_page=page_size)
+            pager = self._sync_container.walk_blobs(
+                name_starts_with=full, delimiter=delimiter, results_per_page=page_size, **self._kw()
+            )
         else:
-            pager = self._container.list_blobs(name_starts_with=full, results_per_page=page_size)
+            pager = self._sync_container.list_blobs(name_starts_with=full, results_per_page=page_size, **self._kw())
         pages: Any = pager.by_page(continuation_token=token)
         objects: list[ObjectInfo] = []
         prefixes: list[str] = []
         next_token: str | None = None
-        async for page in pages:
+        for page in pages:
             item: Any
-            async for item in page:
+            for item in page:
                 key = item.name[cut:]
                 if start_after is not None and key <= start_after:
                     continue
@@ -525,9 +535,9 @@ class BlobStorage(AzureClassifier, StorageDriver):
             expiry=now + expires,
             start=now - dt.timedelta(minutes=5),  # tolerate clock skew
         )
-        return f"{self._container.get_blob_client(name).url}?{sas}"
+        return f"{self._blob(name).url}?{sas}"
 
-    # -- batches -------------------------------------------------------------
+    # -- batches: many requests in flight on adlfs's async client ------------
     def _gather(self, fn: Callable[..., Awaitable[Any]], args: list[tuple[Any, ...]]) -> list[Any]:
         async def all_of() -> list[Any]:
             gate = asyncio.Semaphore(self.batch_concurrency)
@@ -540,27 +550,61 @@ class BlobStorage(AzureClassifier, StorageDriver):
 
         return self._run(all_of)
 
+    async def _aget(self, name: str) -> bytes:
+        from azure.core.exceptions import ResourceModifiedError
+
+        try:
+            stream = await self._container.download_blob(name, max_concurrency=self._max_concurrency, **self._kw())
+            data: bytes = await stream.readall()
+        except ResourceModifiedError as exc:
+            raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
+        return data
+
+    async def _aput(self, name: str, data: bytes, options: WriteOptions) -> str | None:
+        result = await self._container.get_blob_client(name).upload_blob(
+            data,
+            overwrite=not options.if_none_match,
+            length=len(data),
+            max_concurrency=self._max_concurrency,
+            **self._write_kwargs(options),
+            **self._kw(),
+        )
+        return _etag_of(result)
+
+    async def _adelete(self, name: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            await self._container.delete_blob(name, delete_snapshots="include", **self._kw())
+        except ResourceNotFoundError as exc:
+            if error_code(exc) == "ContainerNotFound":
+                raise
+
     def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
-        yield from zip(keys, self._gather(self._get, [(self._name(k),) for k in keys]), strict=True)
+        yield from zip(keys, self._gather(self._aget, [(self._name(k),) for k in keys]), strict=True)
 
     def put_many(
         self, items: list[tuple[str, bytes]], options: WriteOptions
     ) -> Iterator[tuple[str, str | BaseException | None]]:
-        results = self._gather(self._put, [(self._name(k), d, options) for k, d in items])
+        results = self._gather(self._aput, [(self._name(k), d, options) for k, d in items])
         yield from zip((k for k, _ in items), results, strict=True)
 
     def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
-        yield from zip(keys, self._gather(self._delete, [(self._name(k),) for k in keys]), strict=True)
+        yield from zip(keys, self._gather(self._adelete, [(self._name(k),) for k in keys]), strict=True)
 
     # -- escape hatches ----------------------------------------------------
     def as_(self, kind: type[Any]) -> Any:
         from adlfs import AzureBlobFileSystem
+        from azure.storage.blob import BlobServiceClient as SyncBlobServiceClient
+        from azure.storage.blob import ContainerClient as SyncContainerClient
         from azure.storage.blob.aio import BlobServiceClient, ContainerClient
 
         natives: dict[type[Any], Any] = {
             AzureBlobFileSystem: self._fs,
             ContainerClient: self._container,
             BlobServiceClient: self._service,
+            SyncContainerClient: self._sync_container,
+            SyncBlobServiceClient: self._sync_service,
         }
         return natives.get(kind)
 
@@ -568,12 +612,17 @@ class BlobStorage(AzureClassifier, StorageDriver):
         if self._closed:
             return
         self._closed = True
+        self._blobs.clear()
+        self._sync_service.close()
+        close = getattr(self._sync_credential, "close", None)
+        if callable(close) and self._sync_credential is not self._credential:
+            close()
 
         async def shut() -> None:
             await self._service.close()
-            close = getattr(self._credential, "close", None)
-            if close is not None and asyncio.iscoroutinefunction(close):
-                await close()
+            aclose = getattr(self._credential, "close", None)
+            if aclose is not None and asyncio.iscoroutinefunction(aclose):
+                await aclose()
 
         if not self._loop.is_closed():
             self._run(shut)
@@ -614,7 +663,7 @@ class _BlobReader(io.RawIOBase):
         return pos
 
     def _fetch(self, end: int) -> bytes:
-        data = self._driver._run(self._driver._get_range, self._name, self._pos, end, self._etag)
+        data = self._driver._get_range(self._name, self._pos, end, self._etag)
         self._pos += len(data)
         return data
 
@@ -657,12 +706,8 @@ class _BlockWrite(WriteStream):
                 provider=self._driver.scheme,
             )
         block_id = base64.b64encode(f"{self._writer}{len(self._blocks):06d}".encode()).decode()
-        self._driver._run(self._stage_block, block_id, data)
+        self._driver._blob(self._name).stage_block(block_id, data, length=len(data), **self._driver._kw())
         self._blocks.append(block_id)
-
-    async def _stage_block(self, block_id: str, data: bytes) -> None:
-        blob = self._driver._container.get_blob_client(self._name)
-        await blob.stage_block(block_id, data, length=len(data), **self._driver._kw())
 
     def write(self, data: bytes) -> None:
         if self._pending is not None:
@@ -675,9 +720,9 @@ class _BlockWrite(WriteStream):
         if self._pending is not None:
             self._stage(self._pending)
             self._pending = None
-        return self._driver._run(self._commit)
+        return self._commit()
 
-    async def _commit(self) -> str | None:
+    def _commit(self) -> str | None:
         from azure.core.exceptions import (
             HttpResponseError,
             ResourceExistsError,
@@ -685,11 +730,10 @@ class _BlockWrite(WriteStream):
         )
         from azure.storage.blob import BlobBlock
 
-        blob = self._driver._container.get_blob_client(self._name)
         kw = self._driver._write_kwargs(self._options)
         try:
             blocks = [BlobBlock(block_id) for block_id in self._blocks]
-            result = await blob.commit_block_list(blocks, **kw, **self._driver._kw())
+            result = self._driver._blob(self._name).commit_block_list(blocks, **kw, **self._driver._kw())
         except ResourceModifiedError as exc:
             if self._options.if_none_match:
                 raise AlreadyExists(f"{self._key} exists", provider=self._driver.scheme) from exc
