@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ._redact import redact
 from .errors import InvalidURL, MissingDependency, UnknownScheme
@@ -180,7 +180,7 @@ class ParsedURL:
     def without(self, *names: str) -> ParsedURL:
         """The same URL without the given options."""
         options = {k: v for k, v in self.options.items() if k not in names}
-        query = "&".join(f"{k}={v}" for k, v in options.items())
+        query = urlencode(options, quote_via=quote, safe="/:,@")
         base = self.raw.split("?", 1)[0]
         return parse_url(f"{base}?{query}" if query else base)
 

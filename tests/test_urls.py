@@ -86,3 +86,10 @@ def test_storage_engines_are_chosen_by_option_or_installation():
         storage_engine(parse_url("file:///tmp/x?engine=obstore"))
     engine, _ = storage_engine(parse_url("gs://b"))
     assert engine in ("obstore", "fsspec")
+
+
+def test_without_keeps_values_holding_reserved_characters():
+    u = parse_url("s3://b/p?engine=fsspec&endpoint_url=http%3A%2F%2Fh%3A1%2F%3Fa%3D1%26b%3D2&region=x")
+    rest = u.without("engine")
+    assert rest.options == {"endpoint_url": "http://h:1/?a=1&b=2", "region": "x"}
+    assert rest.path == "/p" and rest.netloc == "b"
