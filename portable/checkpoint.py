@@ -45,7 +45,7 @@ from ._redact import redact
 from .errors import AlreadyExists, ConfigError, InvalidArgument, NotFound, PreconditionFailed
 from .storage import Bucket, open_bucket
 
-__all__ = ["ENV_VAR", "Checkpoint", "from_env", "open_checkpoint"]
+__all__ = ["Checkpoint", "ENV_VAR", "from_env", "open_checkpoint"]
 
 #: The environment variable through which a launcher passes the checkpoint URL.
 ENV_VAR = "PORTABLE_CHECKPOINT_URL"

@@ -54,12 +54,12 @@ from typing import Any
 from . import Classifier
 
 __all__ = [
-    "RESERVED_ENV",
     "ComputeCapabilities",
     "ComputeDriver",
     "JobSpec",
     "JobState",
     "JobStatus",
+    "RESERVED_ENV",
     "Resources",
 ]
 

@@ -77,3 +77,24 @@ def test_states_and_capabilities() -> None:
     assert [s.terminal for s in JobState] == [False, False, True, True, True]
     assert "containers" in ComputeCapabilities.flag_names()
     assert ComputeCapabilities(preempt=True).supported() >= {"preempt", "logs", "cancel"}
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["portable.compute", "portable.checkpoint", "portable.driver.compute", "portable.testing.compute_suite", "portable.embedded.localjobs"],
+)
+def test_module_all_is_sorted_and_complete(module: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(module)
+    assert list(mod.__all__) == sorted(mod.__all__)
+    assert all(hasattr(mod, name) for name in mod.__all__)
+
+
+def test_importing_compute_loads_no_dask_or_messaging() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, portable.compute, portable.checkpoint; print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {'dask', 'distributed'} or m == 'portable.messaging')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
