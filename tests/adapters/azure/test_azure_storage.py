@@ -42,7 +42,7 @@ class TestBlobContract(StorageContract):
 
 
 class TestAbfsKeyContract(StorageContract):
-    """The ADLS Gen2 URL form with a shared key from its own variable (a subset is enough)."""
+    """The whole contract again through the ADLS Gen2 URL form and a shared key from its own variable."""
 
     xfail: dict[str, str] = {}
 
