@@ -77,6 +77,10 @@ class PartitionProgress:
         self.safe = safe
         return True
 
+    def resume_point(self) -> int | None:
+        """Where to read from to see every unsettled message again: the lowest one, else the commit point."""
+        return self._order[0] if self._order else self.safe
+
     def to_commit(self) -> int | None:
         """The offset to commit now, or None if the commit point has not moved."""
         safe = self.safe

@@ -177,6 +177,7 @@ from portable.errors import (
     NotFound,
     PortableError,
     PreconditionFailed,
+    TooLarge,
     Unavailable,
     Unsupported,
 )
@@ -318,7 +319,8 @@ class KafkaMessaging(MessagingDriver):
     def ensure_topics(self, names: Iterable[str]) -> dict[str, int]:
         """Create the missing ``names`` (``create=true``) or check they exist (``create=false``).
 
-        Returns the ``max.message.bytes`` the broker reported for topics it just created.
+        Returns the first topic's ``max.message.bytes`` (as ``{name: bytes}``) where the
+        broker says it: in the CreateTopics answer, or else through DescribeConfigs.
         """
         from kafka.errors import TopicAlreadyExistsError, for_code
 
@@ -339,7 +341,7 @@ class KafkaMessaging(MessagingDriver):
                             "create it, or open with create=true",
                             provider=self.scheme,
                         )
-                return limits
+                return self._limit_of(admin, wanted[0])
             spec = {name: {"num_partitions": s.partitions, "replication_factor": s.replication} for name in wanted}
             answer = admin.create_topics(spec, raise_errors=False)
             created = []
@@ -354,9 +356,26 @@ class KafkaMessaging(MessagingDriver):
                     limits[topic["name"]] = int(limit)
             if created:
                 admin.wait_for_topics(created, timeout_ms=int(s.request_timeout * 1000))
+            if wanted[0] not in limits:
+                limits.update(self._limit_of(admin, wanted[0]))
         finally:
             admin.close()
         return limits
+
+    @staticmethod
+    def _limit_of(admin: Any, topic: str) -> dict[str, int]:
+        """``{topic: max.message.bytes}`` from DescribeConfigs, or {} where the broker does not say."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        try:
+            answer = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": None})], config_filter="all"
+            )
+            value = answer["topic"][topic]["max.message.bytes"]["value"]
+            return {topic: int(value)}
+        except Exception as exc:  # Tansu has no DescribeConfigs; the broker still enforces its limit
+            log.debug("could not read max.message.bytes of %s: %s", topic, exc)
+            return {}
 
     # -- sides -------------------------------------------------------------------
     def topic(self) -> TopicDriver:
@@ -506,6 +525,22 @@ def _key_bytes(key: str | None) -> bytes | None:
     return None if key is None else key.encode("utf-8")
 
 
+def _explained(exc: BaseException, topic: str) -> BaseException:
+    """A broker's size refusal as TooLarge saying what to change; any other error as it is."""
+    import kafka.errors as E
+
+    if isinstance(exc, E.MessageSizeTooLargeError | E.RecordListTooLargeError):
+        too_large = TooLarge(
+            f"the broker refused a record for topic {topic!r} as too large ({exc}): raise the topic's "
+            "max.message.bytes (and the URL's max_message_bytes=) or store the payload in a bucket "
+            "and publish its key",
+            provider="kafka",
+        )
+        too_large.__cause__ = exc
+        return too_large
+    return exc
+
+
 def _record_id(topic: str, partition: int, offset: int) -> str:
     return f"{topic}/{partition}/{offset}"
 
@@ -544,8 +579,13 @@ class KafkaTopic(TopicDriver):
 
     def publish(self, message: OutgoingMessage) -> str:
         producer = self._healthy_producer()
-        future = self._send(producer, message)
-        metadata = future.get(timeout=remaining(self._wait))
+        try:
+            metadata = self._send(producer, message).get(timeout=remaining(self._wait))
+        except Exception as exc:
+            explained = _explained(exc, self.topic)
+            if explained is exc:
+                raise
+            raise explained from exc
         return _record_id(metadata.topic, metadata.partition, metadata.offset)
 
     def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
@@ -555,7 +595,7 @@ class KafkaTopic(TopicDriver):
             try:
                 pending.append(self._send(producer, message))
             except Exception as exc:
-                pending.append(exc)
+                pending.append(_explained(exc, self.topic))
         producer.flush(timeout=remaining(self._wait))
         out: list[str | BaseException] = []
         for item in pending:
@@ -565,7 +605,7 @@ class KafkaTopic(TopicDriver):
             try:
                 metadata = item.get(timeout=remaining(self._wait))
             except Exception as exc:
-                out.append(exc)
+                out.append(_explained(exc, self.topic))
             else:
                 out.append(_record_id(metadata.topic, metadata.partition, metadata.offset))
         return out
@@ -617,7 +657,7 @@ class _Rebalance:
         self._sub._assign(assigned)
 
     async def on_partitions_lost(self, lost: Any) -> None:
-        self._sub._drop(lost)
+        self._sub._drop(lost, lost=True)
 
 
 def _listener(subscription: KafkaSubscription) -> Any:
@@ -660,6 +700,8 @@ class KafkaSubscription(SubscriptionDriver):
         self._busy_keys: set[str] = set()
         self._buffered: dict[Any, int] = {}  # tp -> records fetched but not delivered
         self._paused: set[Any] = set()
+        self._rewind: dict[Any, int] = {}  # revoked tp -> offset to read again from if it comes back
+        self._unpause: set[Any] = set()
         self._epochs = itertools.count(1)
         self._seq = itertools.count()
         self._last_commit = 0.0
@@ -673,17 +715,37 @@ class KafkaSubscription(SubscriptionDriver):
 
     # -- rebalance callbacks (kafka-python's network thread) -------------------
     def _assign(self, assigned: Iterable[Any]) -> None:
+        """Start fresh bookkeeping for new partitions.
+
+        kafka-python keeps the fetch position (and pause flag) of a partition that
+        an eager rebalance revoked and gave straight back to this member; its
+        unsettled messages were dropped with the revocation, so read them again
+        from the resume point that was noted then.
+        """
         with self._state:
+            rewind, self._rewind = self._rewind, {}
+            unpause, self._unpause = self._unpause, set()
             for tp in assigned:
                 if tp not in self._progress:
                     self._progress[tp] = PartitionProgress(next(self._epochs))
-            self._paused.difference_update(assigned)
+                self._paused.discard(tp)
+        for tp in assigned:
+            if tp in rewind:
+                self.consumer.seek(tp, rewind[tp])
+            if tp in unpause:
+                self.consumer.resume(tp)
 
-    def _drop(self, revoked: Iterable[Any]) -> None:
+    def _drop(self, revoked: Iterable[Any], *, lost: bool = False) -> None:
+        """Forget revoked partitions: their unsettled messages will be delivered again from the commit."""
         gone = set(revoked)
         with self._state:
             for tp in gone:
-                self._progress.pop(tp, None)
+                progress = self._progress.pop(tp, None)
+                point = progress.resume_point() if progress is not None else None
+                if point is not None and not lost:
+                    self._rewind[tp] = point
+                if tp in self._paused:
+                    self._unpause.add(tp)
                 self._buffered.pop(tp, None)
                 self._paused.discard(tp)
             for where in [k for k in self._entries if k[0] in gone]:

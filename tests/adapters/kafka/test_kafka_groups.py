@@ -1,0 +1,194 @@
+"""Consumer-group behaviour on Apache Kafka: contiguous commits, rebalances, a member
+killed with SIGKILL, and sizes over the broker's limit."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import portable.messaging as pm
+from portable.errors import PreconditionFailed, TooLarge
+from portable.resilience import ResiliencePolicy, RetryPolicy
+from tests.emulators.harness import EmulatorInfo
+
+QUICK = ResiliencePolicy(retry=RetryPolicy(max_attempts=3, initial_backoff=0.05, max_backoff=0.5), breaker=None)
+WORKER = Path(__file__).with_name("kafka_worker.py")
+
+
+def record_effect(path: str, body: bytes) -> None:
+    with open(path, "a") as f:
+        f.write(body.decode() + "\n")
+
+
+def group_url(broker: EmulatorInfo, name: str, partitions: int = 1, **options: str) -> str:
+    extra = "".join(f"&{k}={v}" for k, v in options.items())
+    return (
+        f"kafka://{broker.endpoints['bootstrap']}/{name}?group={name}"
+        f"&session_timeout_ms=6000&partitions={partitions}{extra}"
+    )
+
+
+def receive_until(sub: pm.Subscription, count: int, timeout: float) -> list[pm.Message]:
+    got: list[pm.Message] = []
+    until = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < until:
+        got.extend(sub.receive(count - len(got), wait=0.5))
+    return got
+
+
+def test_close_commits_only_up_to_the_first_unacked_message(kafka_broker: EmulatorInfo, unique_name: str) -> None:
+    url = group_url(kafka_broker, unique_name)
+    with pm.open_topic(url, policy=QUICK) as topic:
+        ids = topic.publish_batch([f"m{i}".encode() for i in range(5)])
+    first = pm.open_subscription(url, policy=QUICK)
+    got = receive_until(first, 5, 20)
+    assert [m.id for m in got] == ids
+    for i in (0, 1, 3):  # m2 and m4 stay unacked; m3 is done but above m2
+        got[i].ack()
+    first.close()
+    second = pm.open_subscription(url, policy=QUICK)
+    try:
+        again = receive_until(second, 3, 20)
+        assert [m.body for m in again] == [b"m2", b"m3", b"m4"], "the commit point passed an unacked message"
+        second.ack_many(again)
+        assert second.receive(10, wait=1.0) == []
+    finally:
+        second.close()
+
+
+def test_a_rebalance_commits_what_is_safe_and_drops_in_flight_messages(
+    kafka_broker: EmulatorInfo, unique_name: str
+) -> None:
+    url = group_url(kafka_broker, unique_name)
+    with pm.open_topic(url, policy=QUICK) as topic:
+        topic.publish_batch([f"m{i}".encode() for i in range(5)])
+    first = pm.open_subscription(url, policy=QUICK)
+    second = pm.open_subscription(url, policy=QUICK)
+    try:
+        held = receive_until(first, 5, 20)
+        assert len(held) == 5
+        for i in (0, 1, 3):
+            held[i].ack()
+        seen: list[bytes] = []
+        stop = threading.Event()
+
+        def consume(sub: pm.Subscription) -> None:
+            while not stop.is_set():
+                for m in sub.receive(10, wait=0.3):
+                    seen.append(m.body)
+                    m.ack()
+
+        threads = [threading.Thread(target=consume, args=(s,), daemon=True) for s in (first, second)]
+        for t in threads:
+            t.start()  # the second member joins; both poll, so the group rebalances
+        until = time.monotonic() + 30
+        while sorted(seen) != [b"m2", b"m3", b"m4"] and time.monotonic() < until:
+            time.sleep(0.1)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        assert sorted(seen) == [b"m2", b"m3", b"m4"], f"after the rebalance: {seen}"
+        with pytest.raises(PreconditionFailed):
+            held[2].ack()  # its partition was revoked: the in-flight delivery was dropped
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_member_killed_mid_batch_loses_nothing_and_effects_happen_once(
+    kafka_broker: EmulatorInfo, unique_name: str, tmp_path: Path
+) -> None:
+    url = group_url(kafka_broker, unique_name)
+    store_url = f"sqlite://{tmp_path}/idempotency.db"
+    effects = tmp_path / "effects.txt"
+    marker = tmp_path / "blocked"
+    bodies = ["block"] + [f"m{i:02d}" for i in range(30)]
+    with pm.open_topic(url, policy=QUICK) as topic:
+        topic.publish_batch([pm.OutgoingMessage(b.encode(), idempotency_key=b) for b in bodies])
+
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), url, store_url, str(effects), str(marker)],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        until = time.monotonic() + 60
+        while time.monotonic() < until and not (
+            marker.exists() and effects.exists() and len(effects.read_text().split()) >= 20
+        ):
+            assert worker.poll() is None, f"the worker exited early: {(tmp_path / 'worker.log').read_text()}"
+            time.sleep(0.05)
+        assert marker.exists(), "the worker never reached the blocking message"
+        time.sleep(0.3)  # let the last completion reach the store: no handler is mid-effect now
+        os.kill(worker.pid, signal.SIGKILL)  # mid-batch: 4 handlers hang, 20 acked, none committed
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.wait(10)
+        log.close()
+    handled_by_killed = effects.read_text().split()
+    assert handled_by_killed == [f"m{i:02d}" for i in range(20)] or sorted(handled_by_killed) == [
+        f"m{i:02d}" for i in range(20)
+    ]
+
+    from portable.idempotency import open_store
+
+    survivor = pm.open_subscription(url, policy=QUICK)
+    stop = threading.Event()
+    stats: list[pm.RunStats] = []
+    runner = threading.Thread(
+        target=lambda: stats.append(
+            survivor.run(
+                lambda m: record_effect(str(effects), m.body), concurrency=4, idempotency=open_store(store_url),
+                idempotency_lease=2.0, backoff=0.5, poll=0.5, stop_event=stop, handle_signals=False,
+            )
+        ),
+        daemon=True,
+    )
+    runner.start()
+    try:
+        until = time.monotonic() + 60
+        while time.monotonic() < until and sorted(set(effects.read_text().split())) != sorted(bodies):
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        runner.join(30)
+        survivor.close()
+    counts = collections.Counter(effects.read_text().split())
+    assert sorted(counts) == sorted(bodies), "a message was lost"
+    assert [b for b, n in counts.items() if n > 1] == [], "an effect happened twice"
+    # nothing past 'block' was committed, so everything the killed member did came again and was skipped
+    assert stats and stats[0].skipped == len(handled_by_killed)
+
+
+def test_a_record_over_the_topics_max_message_bytes_is_too_large_before_sending(
+    kafka_broker: EmulatorInfo, unique_name: str
+) -> None:
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.endpoints["bootstrap"])
+    try:
+        admin.create_topics({unique_name: {"num_partitions": 1, "configs": {"max.message.bytes": "4000"}}})
+    finally:
+        admin.close()
+    with pm.open_topic(group_url(kafka_broker, unique_name), policy=QUICK) as topic:
+        assert topic.capabilities.max_message_bytes < 4000
+        with pytest.raises(TooLarge) as info:
+            topic.publish(b"x" * 5000)
+        assert "bucket" in str(info.value)
+        topic.publish(b"x" * 3000)
+    # a URL that claims more than the topic allows is narrowed to the topic's limit
+    big = group_url(kafka_broker, unique_name, max_message_bytes="2000000")
+    with pm.open_topic(big, policy=QUICK) as topic:
+        assert topic.capabilities.max_message_bytes < 4000
+        with pytest.raises(TooLarge):
+            topic.publish_batch([b"ok", b"x" * 5000])
