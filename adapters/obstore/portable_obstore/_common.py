@@ -1,0 +1,641 @@
+"""What the obstore drivers share: the storage operations, batches, streams, listing and errors.
+
+Each provider module (:mod:`.s3`, :mod:`.gcs`, :mod:`.azure`) builds an
+obstore store from its URL and subclasses :class:`ObstoreStorage`, which
+implements the driver protocol on obstore's functions:
+
+* single-object calls use obstore's synchronous API (the request runs on
+  obstore's Tokio runtime; the GIL is released while it waits);
+* ``get_many``, ``put_many`` and ``delete_many`` run obstore's async API on one
+  private event loop thread shared by every obstore driver in the process, with
+  at most ``concurrency`` objects in flight (a fixed pool of worker coroutines:
+  no thread and no task per object);
+* obstore's own retries are off (``RetryConfig(max_retries=0)``): only
+  :mod:`portable.resilience` retries.
+
+Errors stay native (``FileNotFoundError``, ``obstore.exceptions.*``) and
+:meth:`ObstoreStorage.code_of` classifies them; an error without a dedicated
+type (``GenericError``) is classified by the HTTP status in its message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import io
+import re
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from typing import IO, Any, TypeVar
+
+import obstore
+from obstore import exceptions as oe
+
+from portable.driver.storage import (
+    ListPage,
+    ObjectInfo,
+    StorageDriver,
+    WriteOptions,
+    WriteStream,
+)
+from portable.errors import ErrorCode, PortableError
+from portable.resilience import attempt_timeout, remaining
+
+__all__ = ["NO_RETRIES", "ObstoreStorage", "StreamFailed", "client_options", "http_status", "run_on_loop"]
+
+T = TypeVar("T")
+
+#: obstore's retry configuration that turns its own retries off.
+NO_RETRIES: dict[str, Any] = {"max_retries": 0}
+
+_STATUS = re.compile(r"status(?: code)?:? (\d{3})")
+_HTTP_CODES: dict[int, ErrorCode] = {
+    400: ErrorCode.INVALID_ARGUMENT,
+    401: ErrorCode.PERMISSION_DENIED,
+    403: ErrorCode.PERMISSION_DENIED,
+    404: ErrorCode.NOT_FOUND,
+    408: ErrorCode.DEADLINE_EXCEEDED,
+    409: ErrorCode.UNAVAILABLE,  # S3 ConditionalRequestConflict, Azure lease/being-deleted: retry
+    412: ErrorCode.PRECONDITION_FAILED,
+    413: ErrorCode.TOO_LARGE,
+    416: ErrorCode.INVALID_ARGUMENT,
+    429: ErrorCode.THROTTLED,
+    503: ErrorCode.THROTTLED,  # S3 SlowDown, GCS/Azure "server busy"
+}
+_HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
+_TIMEOUT_WORDS = ("timed out", "timeout", "deadline")
+_TRANSPORT_WORDS = (
+    "error sending request",
+    "connection",
+    "connect error",
+    "http error",
+    "error decoding response body",
+    "broken pipe",
+    "reset by peer",
+    "incomplete",
+    "dns error",
+    "unexpected eof",
+)
+
+
+def client_options(timeout: float, endpoint: str | None) -> dict[str, Any]:
+    """obstore client options: per-request timeouts, and plain HTTP for an ``http://`` endpoint."""
+    options: dict[str, Any] = {
+        "timeout": dt.timedelta(seconds=timeout),
+        "connect_timeout": dt.timedelta(seconds=min(timeout, 10.0)),
+    }
+    if endpoint and endpoint.startswith("http://"):
+        options["allow_http"] = True
+    return options
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status an obstore error reports in its message, if any."""
+    found = _STATUS.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
+class StreamFailed(Exception):
+    """A streamed write failed part-way; the stream is unusable and is aborted (not retryable)."""
+
+
+# ---------------------------------------------------------------- the private event loop
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    global _LOOP
+    loop = _LOOP
+    if loop is not None:
+        return loop
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            new = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(new)
+                new.call_soon(ready.set)
+                new.run_forever()
+
+            threading.Thread(target=run, name="portable-obstore-loop", daemon=True).start()
+            ready.wait()
+            _LOOP = new
+        return _LOOP
+
+
+def run_on_loop(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    """Run ``coro`` on the shared obstore event loop thread and wait for its result.
+
+    With a ``timeout`` the coroutine is cancelled when it passes and
+    ``TimeoutError`` is raised.
+    """
+    future = asyncio.run_coroutine_threadsafe(coro, _loop())
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        raise TimeoutError(f"no answer within {timeout:.3g}s") from None
+
+
+async def _bounded(
+    fn: Callable[[Any], Awaitable[T]], items: list[Any], concurrency: int
+) -> list[T | BaseException]:
+    """Apply ``fn`` to every item with at most ``concurrency`` in flight; errors are returned."""
+    results: list[T | BaseException] = [None] * len(items)  # type: ignore[list-item]
+    position = iter(range(len(items)))
+
+    async def worker() -> None:
+        for i in position:
+            try:
+                results[i] = await fn(items[i])
+            except Exception as exc:
+                results[i] = exc
+
+    workers = min(concurrency, len(items))
+    if workers == 1:
+        await worker()
+    else:
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    return results
+
+
+# ---------------------------------------------------------------- streams
+class _Reader(io.RawIOBase):
+    """A binary, seekable reader over obstore's ReadableFile (which returns ``obstore.Bytes``)."""
+
+    def __init__(self, native: Any) -> None:
+        super().__init__()
+        self._native = native
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._native.read(len(view))
+        n = len(data)
+        view[:n] = memoryview(data)
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._native.read(None if size is None or size < 0 else size)
+        return bytes(data)
+
+    def readall(self) -> bytes:
+        return bytes(self._native.read())
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return int(self._native.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._native.tell())
+
+    @property
+    def size(self) -> int:
+        return int(self._native.size)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._native.close()
+        super().close()
+
+
+class _Aborted(Exception):
+    """Passed to obstore's writer ``__exit__`` so that it aborts the multipart upload."""
+
+
+class _MultipartWrite(WriteStream):
+    """An unconditional streamed write on obstore's writer.
+
+    Nothing is sent until ``part_size`` bytes are buffered; a stream that ends
+    within its first part is one PUT at commit, a longer one a multipart
+    upload whose parts go up as they fill. Abort aborts the upload.
+    """
+
+    def __init__(self, driver: ObstoreStorage, path: str, options: WriteOptions, part_size: int) -> None:
+        self._driver = driver
+        self._writer = obstore.open_writer(
+            driver.store,
+            path,
+            attributes=driver.attributes(options),
+            buffer_size=part_size,
+            max_concurrency=4,
+        )
+        self._failed: BaseException | None = None
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise StreamFailed("an earlier part of this stream failed; it was aborted") from self._failed
+
+    def write(self, data: bytes) -> None:
+        self._check()
+        try:
+            self._writer.write(data)
+        except Exception as exc:
+            self._failed = exc
+            raise StreamFailed(f"writing a part failed: {exc}") from exc
+
+    def commit(self) -> str | None:
+        self._check()
+        try:
+            self._writer.close()
+        except Exception as exc:
+            self._failed = exc
+            raise StreamFailed(f"completing the upload failed: {exc}") from exc
+        return None
+
+    def abort(self) -> None:
+        if self._writer.closed():
+            return
+        self._writer.__exit__(_Aborted, _Aborted("aborted by portable"), None)
+
+
+class _ConditionalWrite(WriteStream):
+    """A streamed write with a condition, sent as one conditional PUT at commit.
+
+    obstore's multipart writer cannot carry a condition, so the stream is
+    spooled (in memory up to ``part_size``, then to a temporary file) and sent
+    whole with its ``If-None-Match`` / ``If-Match`` at commit: the object
+    appears only if the condition holds. Limited to the provider's single-put
+    size (``capabilities.max_object_bytes``).
+    """
+
+    def __init__(self, driver: ObstoreStorage, key: str, options: WriteOptions, part_size: int) -> None:
+        self._driver = driver
+        self._key = key
+        self._options = options
+        self._spool: Any = tempfile.SpooledTemporaryFile(max_size=part_size, prefix="portable-obstore-")  # noqa: SIM115 (closed at commit or abort)
+
+    def write(self, data: bytes) -> None:
+        self._spool.write(data)
+
+    def commit(self) -> str | None:
+        self._spool.seek(0)
+        etag = self._driver.put(self._key, self._spool.read(), self._options)
+        self._spool.close()  # kept open until then: a failed commit is retried by the Bucket
+        return etag
+
+    def abort(self) -> None:
+        self._spool.close()
+
+
+# ---------------------------------------------------------------- the driver base
+class ObstoreStorage(StorageDriver):
+    """A bucket (or container) on an obstore store, optionally under a prefix.
+
+    Subclasses build ``store`` and set ``scheme``, ``endpoint`` and
+    ``capabilities``; they may override :meth:`attributes`,
+    :meth:`put_mode`, :meth:`etag_of` and :meth:`signed_url`.
+    """
+
+    #: obstore store this driver runs on (S3Store, GCSStore, AzureStore).
+    store: Any
+
+    def __init__(self, store: Any, prefix: str, *, concurrency: int) -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self._root = f"{self.prefix}/" if self.prefix else ""
+        self._cut = len(self._root)
+        self.batch_concurrency = concurrency
+
+    # -- hooks ----------------------------------------------------------
+    def attributes(self, options: WriteOptions) -> dict[str, str] | None:
+        """obstore attributes (content type and user metadata) of a write."""
+        if options.content_type is None and not options.metadata:
+            return None
+        attrs: dict[str, str] = dict(options.metadata)
+        if options.content_type is not None:
+            attrs["Content-Type"] = options.content_type
+        return attrs
+
+    def put_mode(self, options: WriteOptions) -> Any:
+        """obstore's PutMode of a write: ``create``, an ``UpdateVersion`` or None (overwrite)."""
+        if options.if_none_match:
+            return "create"
+        if options.if_match is not None:
+            return {"e_tag": options.if_match}
+        return None
+
+    def etag_of(self, result: Mapping[str, Any]) -> str | None:
+        """The portable etag of a PutResult or ObjectMeta."""
+        etag = result.get("e_tag")
+        return str(etag) if etag is not None else None
+
+    def list_etag(self, meta: Mapping[str, Any]) -> str | None:
+        """The portable etag of a listed object (listings may report it differently)."""
+        return self.etag_of(meta)
+
+    # -- plumbing -------------------------------------------------------
+    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run async obstore function ``fn`` on the private loop under the attempt's timeout."""
+        return run_on_loop(fn(*args, **kwargs), attempt_timeout())
+
+    def _info(self, key: str, meta: Mapping[str, Any], attributes: Mapping[str, str] | None) -> ObjectInfo:
+        content_type = None
+        metadata: dict[str, str] = {}
+        for name, value in (attributes or {}).items():
+            lowered = name.lower()
+            if lowered == "content-type":
+                content_type = value
+            elif lowered not in _STANDARD_ATTRIBUTES:
+                metadata[self.metadata_name(name)] = value
+        return ObjectInfo(
+            key=key,
+            size=int(meta.get("size", 0)),
+            etag=self.etag_of(meta),
+            modified=meta.get("last_modified"),
+            content_type=content_type,
+            metadata=metadata,
+        )
+
+    def metadata_name(self, stored: str) -> str:
+        """The portable metadata name of a stored one."""
+        return stored.lower()
+
+    # -- whole objects --------------------------------------------------
+    def get(self, key: str) -> bytes:
+        if attempt_timeout() is not None:
+            return self._call(self._aget, key)
+        return bytes(obstore.get(self.store, self._root + key).bytes())
+
+    async def _aget(self, key: str) -> bytes:
+        result = await obstore.get_async(self.store, self._root + key)
+        return bytes(await result.bytes_async())
+
+    def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        options: dict[str, Any] = {"range": {"offset": start} if end is None else (start, end)}
+        try:
+            if attempt_timeout() is not None:
+                return self._call(self._aget_options, key, options)
+            return bytes(obstore.get(self.store, self._root + key, options=options).bytes())  # type: ignore[arg-type]
+        except oe.BaseError as exc:
+            if http_status(exc) == 416:
+                return b""  # start at or past the size: the object exists, the slice is empty
+            raise
+
+    async def _aget_options(self, key: str, options: dict[str, Any]) -> bytes:
+        result = await obstore.get_async(self.store, self._root + key, options=options)  # type: ignore[arg-type]
+        return bytes(await result.bytes_async())
+
+    def head(self, key: str) -> ObjectInfo:
+        if attempt_timeout() is not None:
+            return self._call(self._ahead, key)
+        result = obstore.get(self.store, self._root + key, options={"head": True})
+        return self._info(key, result.meta, result.attributes)
+
+    async def _ahead(self, key: str) -> ObjectInfo:
+        result = await obstore.get_async(self.store, self._root + key, options={"head": True})
+        return self._info(key, result.meta, result.attributes)
+
+    def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        if attempt_timeout() is not None:
+            return self._call(self._aput, key, data, options)
+        result = obstore.put(
+            self.store,
+            self._root + key,
+            data,
+            attributes=self.attributes(options),  # type: ignore[arg-type]
+            mode=self.put_mode(options),
+            use_multipart=False,
+        )
+        return self.etag_of(result)
+
+    async def _aput(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        result = await obstore.put_async(
+            self.store,
+            self._root + key,
+            data,
+            attributes=self.attributes(options),  # type: ignore[arg-type]
+            mode=self.put_mode(options),
+            use_multipart=False,
+        )
+        return self.etag_of(result)
+
+    def delete(self, key: str) -> None:
+        try:
+            if attempt_timeout() is not None:
+                self._call(obstore.delete_async, self.store, self._root + key)
+            else:
+                obstore.delete(self.store, self._root + key)
+        except FileNotFoundError:
+            pass  # Azure answers 404 for a missing blob; S3 and GCS do not
+
+    def copy(self, src: str, dst: str) -> str | None:
+        if attempt_timeout() is not None:
+            self._call(obstore.copy_async, self.store, self._root + src, self._root + dst)
+        else:
+            obstore.copy(self.store, self._root + src, self._root + dst)
+        return None
+
+    # -- streams --------------------------------------------------------
+    def open_read(self, key: str) -> IO[bytes]:
+        native = obstore.open_reader(self.store, self._root + key, buffer_size=8 * 1024 * 1024)
+        return io.BufferedReader(_Reader(native), buffer_size=1024 * 1024)  # type: ignore[return-value]
+
+    def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
+        if options.if_none_match or options.if_match is not None:
+            return _ConditionalWrite(self, key, options, part_size)
+        return _MultipartWrite(self, self._root + key, options, part_size)
+
+    # -- listing --------------------------------------------------------
+    def list_page(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> ListPage:
+        after = max(filter(None, (start_after, token)), default=None)
+        if delimiter:
+            return self._delimited_page(prefix, after, page_size, token)
+        return self._flat_page(prefix, after, page_size)
+
+    def _scan(self, prefix: str, after: str | None, chunk: int) -> Iterator[dict[str, Any]]:
+        """Objects whose key starts with ``prefix`` and is greater than ``after``, in order.
+
+        obstore lists by path segment (``a/b`` lists ``a/b/...``, never
+        ``a/bc``), so a prefix that ends mid-segment lists its parent folder
+        from just before the prefix and stops once keys pass it.
+        """
+        full = self._root + prefix
+        cut = full.rfind("/") + 1
+        folder = full[: cut - 1] if cut else ""
+        offset = self._root + after if after else None
+        if full[cut:] and (offset is None or offset < full):
+            offset = _just_before(full)
+        stream = obstore.list(self.store, folder or None, offset=offset, chunk_size=chunk)
+        for batch in stream:
+            for meta in batch:
+                path = meta["path"]
+                if path.startswith(full):
+                    if offset is None or path > offset:
+                        yield meta
+                elif path > full:
+                    return
+
+    def _object(self, meta: Mapping[str, Any]) -> ObjectInfo:
+        return ObjectInfo(
+            key=str(meta["path"])[self._cut :],
+            size=int(meta.get("size", 0)),
+            etag=self.list_etag(meta),
+            modified=meta.get("last_modified"),
+        )
+
+    def _flat_page(self, prefix: str, after: str | None, page_size: int) -> ListPage:
+        objects: list[ObjectInfo] = []
+        for meta in self._scan(prefix, after, min(page_size + 1, 1000)):
+            if len(objects) == page_size:
+                return ListPage(objects, [], objects[-1].key)
+            objects.append(self._object(meta))
+        return ListPage(objects, [], None)
+
+    def _delimited_page(self, prefix: str, after: str | None, page_size: int, token: str | None) -> ListPage:
+        """One level under ``prefix``: obstore's delimited listing, paged here.
+
+        The token is the last key or folded prefix returned; a folded prefix
+        (ending in ``/``, which no key can) skips every key under it.
+        """
+        full = self._root + prefix
+        cut = full.rfind("/") + 1
+        folder = full[: cut - 1] if cut else None
+        listing = obstore.list_with_delimiter(self.store, folder)
+        entries: list[tuple[str, ObjectInfo | None]] = []
+        for meta in listing["objects"]:
+            if str(meta["path"]).startswith(full):
+                entries.append((str(meta["path"])[self._cut :], self._object(meta)))
+        for common in listing["common_prefixes"]:
+            if str(common).startswith(full):
+                entries.append((f"{str(common)[self._cut:]}/", None))
+        entries.sort(key=lambda e: e[0].encode("utf-8"))
+        skip = token if token and token.endswith("/") else None
+        objects: list[ObjectInfo] = []
+        prefixes: list[str] = []
+        last: str | None = None
+        for name, info in entries:
+            if after is not None and name.encode("utf-8") <= after.encode("utf-8"):
+                continue
+            if skip is not None and name.startswith(skip):
+                continue
+            if len(objects) + len(prefixes) >= page_size:
+                return ListPage(objects, prefixes, last)
+            if info is None:
+                prefixes.append(name)
+            else:
+                objects.append(info)
+            last = name
+        return ListPage(objects, prefixes, None)
+
+    # -- batches: obstore's async API on the private loop ----------------
+    def _batch(self, fn: Callable[[Any], Awaitable[T]], items: list[Any]) -> list[T | BaseException]:
+        return run_on_loop(_bounded(fn, items, self.batch_concurrency), remaining())
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        store, root = self.store, self._root
+
+        async def one(key: str) -> bytes:
+            result = await obstore.get_async(store, root + key)
+            return bytes(await result.bytes_async())
+
+        yield from zip(keys, self._batch(one, keys), strict=True)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> Iterator[tuple[str, str | BaseException | None]]:
+        store, root = self.store, self._root
+        attributes = self.attributes(options)
+        etag_of = self.etag_of
+
+        async def one(item: tuple[str, bytes]) -> str | None:
+            result = await obstore.put_async(
+                store, root + item[0], item[1], attributes=attributes, use_multipart=False  # type: ignore[arg-type]
+            )
+            return etag_of(result)
+
+        yield from zip((key for key, _ in items), self._batch(one, items), strict=True)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        store, root = self.store, self._root
+
+        async def one(key: str) -> None:
+            try:
+                await obstore.delete_async(store, root + key)
+            except FileNotFoundError:
+                pass
+
+        yield from zip(keys, self._batch(one, keys), strict=True)
+
+    # -- errors ---------------------------------------------------------
+    def code_of(self, exc: BaseException) -> ErrorCode:
+        if isinstance(exc, PortableError):
+            return exc.code
+        if isinstance(exc, StreamFailed) and exc.__cause__ is not None:
+            return self.code_of(exc.__cause__)
+        if isinstance(exc, FileNotFoundError | oe.NotFoundError):
+            return ErrorCode.NOT_FOUND
+        if isinstance(exc, oe.AlreadyExistsError):
+            return ErrorCode.ALREADY_EXISTS
+        if isinstance(exc, oe.PreconditionError | oe.NotModifiedError):
+            return ErrorCode.PRECONDITION_FAILED
+        if isinstance(exc, oe.PermissionDeniedError | oe.UnauthenticatedError):
+            return ErrorCode.PERMISSION_DENIED
+        if isinstance(exc, oe.NotSupportedError):
+            return ErrorCode.UNSUPPORTED
+        if isinstance(exc, oe.InvalidPathError | oe.UnknownConfigurationKeyError):
+            return ErrorCode.INVALID_ARGUMENT
+        if isinstance(exc, TimeoutError):
+            return ErrorCode.DEADLINE_EXCEEDED
+        if isinstance(exc, oe.BaseError | OSError):
+            status = http_status(exc)
+            if status is not None:
+                if status in _HTTP_CODES:
+                    return _HTTP_CODES[status]
+                if status >= 500:
+                    return ErrorCode.UNAVAILABLE
+                if 400 <= status < 500:
+                    return ErrorCode.INVALID_ARGUMENT
+            full = str(exc)
+            kind = _HTTP_KIND.search(full)
+            if kind is not None:  # object_store's HttpErrorKind: Connect, Request, Timeout, ...
+                return ErrorCode.DEADLINE_EXCEEDED if kind.group(1) == "Timeout" else ErrorCode.UNAVAILABLE
+            head = full.split("Debug source:", 1)[0].lower()
+            if any(word in head for word in _TIMEOUT_WORDS):
+                return ErrorCode.DEADLINE_EXCEEDED
+            if isinstance(exc, oe.JoinError) or any(word in head for word in _TRANSPORT_WORDS):
+                return ErrorCode.UNAVAILABLE
+        return super().code_of(exc)
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        if isinstance(exc, StreamFailed):
+            return False  # the writer is poisoned: the Bucket aborts and the caller writes again
+        return super().is_retryable(exc)
+
+    def as_(self, kind: type[Any]) -> Any:
+        if isinstance(self.store, kind):
+            return self.store
+        return None
+
+    def close(self) -> None:
+        """Nothing to release: obstore's connection pool closes with the store."""
+
+
+_STANDARD_ATTRIBUTES = frozenset(
+    {"content-disposition", "content-encoding", "content-language", "cache-control", "storage-class"}
+)
+
+
+def _just_before(text: str) -> str:
+    """A string that sorts just before ``text`` and before every string that starts with it.
+
+    ``text`` is a portable key prefix (no control characters), so lowering its
+    last character by one and appending the highest code point gives a bound
+    that no key starting with ``text`` can be below.
+    """
+    last = text[-1]
+    return text[:-1] + chr(ord(last) - 1) + "\U0010ffff"
+
+
+def timedelta_seconds(expires: dt.timedelta) -> int:
+    return max(1, int(expires.total_seconds()))
