@@ -403,7 +403,12 @@ class Supervisor:
         cwd = record["cwd"]
         if spec.get("workdir"):
             cwd = os.path.join(cwd, spec["workdir"])
-        log = os.open(os.path.join(folder, f"attempt-{attempt}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        state_fd = os.open(os.path.join(folder, "state.log"), os.O_WRONLY | os.O_APPEND)
+        try:
+            log = os.open(os.path.join(folder, f"attempt-{attempt}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except BaseException:
+            os.close(state_fd)
+            raise
         try:
             proc = subprocess.Popen(
                 spec["command"],
@@ -416,6 +421,7 @@ class Supervisor:
                 close_fds=True,
             )
         except OSError as exc:
+            os.close(state_fd)
             os.write(log, f"portable: cannot start {spec['command'][0]!r}: {exc}\n".encode())
             state["attempts"] = attempt
             state["started"] = state.get("started") or time.time()
@@ -429,9 +435,8 @@ class Supervisor:
         )
         timeout = spec.get("timeout")
         deadline = time.monotonic() + timeout if timeout else None
-        run = _Running(job_id, proc, state, spec, deadline)
-        run.state_fd = os.open(os.path.join(folder, "state.log"), os.O_WRONLY | os.O_APPEND)
-        self.running[job_id] = run
+        run = _Running(job_id, proc, state, spec, deadline, state_fd=state_fd)
+        self.running[job_id] = run  # from here on reap() owns the process, whatever happens
         self._save(state)
 
     def _terminate(self, run: _Running, intent: str, grace: float) -> None:

@@ -38,6 +38,9 @@ it), then ``spec.env``, then ``PORTABLE_JOB_ID``, ``PORTABLE_JOB_NAME``,
 directory defaults to the submitter's; a relative ``workdir`` is taken from
 there.
 
+Platforms: POSIX (Linux, macOS): it uses fork/exec sessions, ``fcntl``
+locks and a FIFO.
+
 Capabilities: logs, cancel, checkpoints, preempt, timeouts, retries,
 idempotent_submit, detached. No containers (``image`` is ignored), no GPUs.
 
