@@ -16,7 +16,7 @@ Options:
     ``bucket.127.0.0.1``) and ``auto`` on AWS.
     ``timeout`` (float): per-request connect and read timeout. Defaults to 30.
     ``concurrency`` (int): objects in flight in the batch methods
-    (``get_many`` and friends), and the connection pool size. Defaults to 32.
+    (``get_many`` and friends), and the connection pool size. Defaults to 64.
 
     Credentials come from the SDK's chain (environment, profile, instance
     role); never put them in the URL.
@@ -138,7 +138,7 @@ class S3Storage(AWSClassifier, StorageDriver):
         *,
         options: AWSOptions | None = None,
         addressing_style: Literal["auto", "path", "virtual"] | None = None,
-        concurrency: int = 32,
+        concurrency: int = 64,
     ) -> None:
         import s3fs  # imported here so that a missing SDK names the extra, not a traceback
 
@@ -196,7 +196,7 @@ class S3Storage(AWSClassifier, StorageDriver):
         style = url.take_str("addressing_style")
         if style not in (None, "auto", "path", "virtual"):
             raise InvalidURL(f"addressing_style in {url} must be auto, path or virtual, got {style!r}")
-        concurrency = url.take("concurrency", int, 32)
+        concurrency = url.take("concurrency", int, 64)
         if not 1 <= concurrency <= 512:
             raise InvalidURL(f"concurrency in {url} must be from 1 to 512, got {concurrency}")
         url.done()
