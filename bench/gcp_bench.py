@@ -1,6 +1,6 @@
 """GCP: portable ``gs://`` against raw gcsfs, and portable ``pubsub://`` against the raw batched publisher.
 
-    .venv/bin/python bench/gcp_bench.py [--rounds 7] [--ops 150] [--sizes 1024,1048576] [--messages 2000]
+    .venv/bin/python bench/gcp_bench.py [--rounds 9] [--ops 150] [--sizes 1024,1048576] [--messages 2000]
 
 Everything runs round-robin in one process, against fake-gcs-server and
 Google's Pub/Sub emulator started here on 127.0.0.1 through tests/emulators
@@ -86,7 +86,7 @@ def storage(info: Any, rounds: int, ops: int, sizes: list[int]) -> tuple[dict[st
     try:
         for size in sizes:
             data = os.urandom(size)
-            n = max(5, ops if size <= 64 * 1024 else ops // 10)
+            n = max(5, ops if size <= 64 * 1024 else ops // 5)
             keys = [f"s{size}/k{i % 10}" for i in range(n)]
             for key in set(keys):
                 fs.pipe_file(f"{name}/{key}", data)
@@ -205,8 +205,8 @@ def pubsub(info: Any, rounds: int, messages: int) -> tuple[dict[str, Any], dict[
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--ops", type=int, default=150, help="operations per round (a tenth for objects over 64 KiB)")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--ops", type=int, default=150, help="operations per round (a fifth for objects over 64 KiB)")
     parser.add_argument("--sizes", default="1024,1048576", help="object sizes in bytes, comma-separated")
     parser.add_argument("--messages", type=int, default=2000, help="messages per publish round")
     args = parser.parse_args()
