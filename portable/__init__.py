@@ -39,6 +39,9 @@ from .errors import (
     UnknownScheme,
     Unsupported,
 )
+from .compute import Job, JobSpec, JobState, JobStatus, Launcher, open_launcher
+from .idempotency import IdempotencyStore, idempotent, open_store
+from .messaging import Message, Subscription, Topic, open_subscription, open_topic
 from .resilience import BreakerPolicy, CircuitBreaker, ResiliencePolicy, RetryPolicy, deadline
 from .storage import Bucket, ObjectInfo, open_bucket
 
@@ -55,11 +58,18 @@ __all__ = [
     "DeadlineExceeded",
     "ErrorCode",
     "IdempotencyConflict",
+    "IdempotencyStore",
     "InProgress",
     "Internal",
     "InvalidArgument",
     "InvalidKey",
     "InvalidURL",
+    "Job",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "Launcher",
+    "Message",
     "MissingCapability",
     "MissingDependency",
     "NotFound",
@@ -70,12 +80,19 @@ __all__ = [
     "Profile",
     "ResiliencePolicy",
     "RetryPolicy",
+    "Subscription",
     "Throttled",
     "TooLarge",
+    "Topic",
     "Unavailable",
     "UnknownScheme",
     "Unsupported",
     "deadline",
+    "idempotent",
     "load_profile",
     "open_bucket",
+    "open_launcher",
+    "open_store",
+    "open_subscription",
+    "open_topic",
 ]

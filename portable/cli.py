@@ -11,6 +11,9 @@ needs ``--bucket``), or a bare KEY on the active profile's bucket.
     portable cp SRC DST            # each a KEY on --bucket, or BUCKET-URL::KEY
     portable config show [--profile P]
     portable doctor [--profile P]
+    portable queue publish|receive|stats|dlq [--queue URL]
+    portable jobs submit|status|logs|cancel|list [--jobs URL]
+    portable contract [[DOMAIN=]URL ...] [--json PATH] [--junit-xml PATH]
     portable demo
 
 Exit codes: 0 success, 1 a portable error (message on stderr), 2 bad usage.
