@@ -13,6 +13,7 @@ Submodules: :mod:`portable.storage`, :mod:`portable.messaging`,
 
 from __future__ import annotations
 
+from .compute import Job, JobSpec, JobState, JobStatus, Launcher, open_launcher
 from .config import Profile, load_profile
 from .errors import (
     AlreadyExists,
@@ -39,7 +40,6 @@ from .errors import (
     UnknownScheme,
     Unsupported,
 )
-from .compute import Job, JobSpec, JobState, JobStatus, Launcher, open_launcher
 from .idempotency import IdempotencyStore, idempotent, open_store
 from .messaging import Message, Subscription, Topic, open_subscription, open_topic
 from .resilience import BreakerPolicy, CircuitBreaker, ResiliencePolicy, RetryPolicy, deadline
