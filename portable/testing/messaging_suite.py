@@ -26,7 +26,7 @@ Fixture contract:
 
 Class attributes a subclass may set:
     ``min_lease``: the shortest lease/nack delay, in seconds, the suite may use
-        (defaults to ``max(1, capabilities.min_lease_seconds)``; Pub/Sub: 10).
+        (defaults to ``max(1, capabilities.min_lease_seconds)``; Pub/Sub declares 1 s; its subclasses use 2).
         Tests that must not see a lease expire use many times it.
         Leases are rounded up to ``capabilities.lease_granularity_seconds``.
     ``delivery_timeout``: how long to poll for a published message to arrive
