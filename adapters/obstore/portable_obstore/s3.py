@@ -153,7 +153,7 @@ class ObstoreS3Storage(ObstoreStorage):
         provider = None
         if _boto3_wanted(profile):
             try:
-                import boto3
+                import boto3  # type: ignore[import-untyped,unused-ignore]
                 from obstore.auth.boto3 import Boto3CredentialProvider
             except ImportError as exc:
                 if profile:
