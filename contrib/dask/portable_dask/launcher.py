@@ -25,7 +25,10 @@ How jobs map onto Dask:
     starts on a worker, not when it is queued. Retries, preemption and
     timeouts are run by the launcher (a failed or preempted attempt is
     resubmitted as a new task), so ``PORTABLE_JOB_ATTEMPT`` counts attempts
-    and a preempted attempt does not use up a retry. Cancel cancels the
+    and a preempted attempt does not use up a retry. A command's task
+    returns nothing when it exits 0 and raises :class:`AttemptFailed` (with
+    the exit code) otherwise, so a success costs no result fetch; workers
+    log such failures as "Compute Failed" like any task error. Cancel cancels the
     future and signals the command's process group on its worker
     (``Client.run``). Dask's own task retries are not used.
 
@@ -84,7 +87,7 @@ from portable.driver.compute import ComputeCapabilities, ComputeDriver, JobState
 from portable.errors import ErrorCode, IdempotencyConflict, InvalidURL, NotFound, Unsupported
 from portable.urls import ParsedURL
 
-__all__ = ["DaskLauncher", "submit_callable"]
+__all__ = ["AttemptFailed", "DaskLauncher", "submit_callable"]
 
 _LOG_FLUSH = 0.05
 
@@ -133,8 +136,8 @@ def _run_command(
     timeout: float | None,
     grace: float,
     topic: str,
-) -> dict[str, Any]:
-    """The task of one attempt of a command job."""
+) -> None:
+    """The task of one attempt of a command job; raises AttemptFailed unless it exits 0."""
     worker = get_worker()
     worker.log_event(topic, {"job": job_id, "attempt": attempt, "event": "started", "worker": worker.address})
     log_topic = f"portable-log-{job_id}"
@@ -152,7 +155,7 @@ def _run_command(
     except OSError as exc:
         text = f"portable: cannot start {command[0]!r}: {exc}\n"
         worker.log_event(log_topic, {"attempt": attempt, "text": text})
-        return {"exit_code": None, "error": f"cannot start {command[0]!r}: {exc.strerror or exc}"}
+        raise AttemptFailed({"exit_code": None, "error": f"cannot start {command[0]!r}: {exc.strerror or exc}"}) from None
     with _PROCS_LOCK:
         _PROCS[(job_id, attempt)] = proc
         doomed = _DOOMED.pop((job_id, attempt), None)
@@ -164,8 +167,17 @@ def _run_command(
     finally:
         with _PROCS_LOCK:
             _PROCS.pop((job_id, attempt), None)
-    worker.log_event(topic, {"job": job_id, "attempt": attempt, "event": "finished", "outcome": outcome})
-    return outcome
+    if outcome["exit_code"] != 0 or outcome["timed_out"]:
+        raise AttemptFailed(outcome)
+    return None  # success is the future's own state: the client fetches nothing
+
+
+class AttemptFailed(Exception):
+    """Raised by a command's task when it did not exit 0; ``args[0]`` is the outcome.
+
+    Success then needs no result fetch at all (the future is just "finished"),
+    and only a failed attempt costs the client a round trip for its outcome.
+    """
 
 
 def _pump(
@@ -255,7 +267,6 @@ class _Record:
     intent: str | None = None
     intent_grace: float = 0.0
     result: Future[Any] | None = None
-    outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> JobStatus:
@@ -443,9 +454,6 @@ class DaskLauncher(ComputeDriver):
             attempt = int(msg.get("attempt", 0))
             if rec is None or attempt != rec.launched or rec.state.terminal:
                 return
-            if msg.get("event") == "finished":
-                rec.outcomes[attempt] = msg["outcome"]  # spares _on_done a round trip for the result
-                return
             if msg.get("event") != "started" or rec.state is JobState.RUNNING:
                 return
             rec.attempts = max(rec.attempts, attempt)
@@ -465,21 +473,15 @@ class DaskLauncher(ComputeDriver):
         error: BaseException | None = None
         status = fut.status
         if status == "finished":
-            if rec.call is not None:
-                outcome = {"exit_code": 0}  # the value stays on the cluster until result() asks
-            else:
-                with self._lock:
-                    outcome = rec.outcomes.pop(attempt, None)
-                if outcome is None:
-                    try:
-                        outcome = fut.result(timeout=30)
-                    except Exception as exc:  # the result could not be fetched
-                        error = exc
+            # a command's success, or a callable's value, which stays on the cluster until result() asks
+            outcome = {"exit_code": 0, "timed_out": False}
         elif status == "error":
             try:
                 error = fut.exception(timeout=30)
             except Exception as exc:
                 error = exc
+            if isinstance(error, AttemptFailed) and rec.call is None:
+                outcome, error = error.args[0], None
         with self._lock:
             if attempt != rec.launched or rec.state.terminal:
                 return
