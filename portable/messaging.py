@@ -61,19 +61,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import math
 import re
-import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import urls
+from ._consumer import RunStats, _Consumer, _signals_stop
 from ._redact import redact
 from .config import Profile, check_requirements, load_profile
 from .driver.messaging import (
@@ -89,7 +85,6 @@ from .driver.messaging import (
 )
 from .errors import (
     ConfigError,
-    IdempotencyConflict,
     InvalidArgument,
     InvalidKey,
     PortableError,
@@ -97,7 +92,7 @@ from .errors import (
     TooLarge,
     Unsupported,
 )
-from .idempotency import Claim, IdempotencyStore, fingerprint
+from .idempotency import Claim, IdempotencyStore
 from .resilience import Guard, ResiliencePolicy
 
 if TYPE_CHECKING:
@@ -120,7 +115,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-log = logging.getLogger("portable.messaging")
 
 #: Reserved attributes on a dead-lettered message.
 DEAD_LETTER_REASON = "portable.dead_letter_reason"
@@ -583,10 +577,6 @@ class Message:
 
 
 # ---------------------------------------------------------------- idempotency
-def _fingerprint(body: bytes) -> str:
-    return fingerprint(body)
-
-
 def default_idempotency_key(message: Message) -> str | None:
     """The key ``run()`` deduplicates on: ``portable.idempotency_key``, else a CloudEvent's source and id."""
     key = message.idempotency_key
@@ -598,33 +588,6 @@ def default_idempotency_key(message: Message) -> str | None:
 
 
 # ---------------------------------------------------------------- subscription
-@dataclass
-class RunStats:
-    """What :meth:`Subscription.run` did.
-
-    Attributes:
-        received: deliveries taken from the provider.
-        acked: handled successfully and acked.
-        failed: handler failures (each nacked or dead-lettered).
-        nacked: given back with a delay (failures and in-progress duplicates).
-        dead_lettered: moved to the dead-letter destination.
-        skipped: acked without running the handler (idempotency key already completed).
-        released: given back unhandled at shutdown.
-        lost: acks/nacks refused because the lease had been lost.
-        unfinished: handlers still running when the drain timeout passed.
-    """
-
-    received: int = 0
-    acked: int = 0
-    failed: int = 0
-    nacked: int = 0
-    dead_lettered: int = 0
-    skipped: int = 0
-    released: int = 0
-    lost: int = 0
-    unfinished: int = 0
-
-
 class Subscription:
     """Receives messages from one subscription or queue. Thread-safe.
 
@@ -903,343 +866,6 @@ class Subscription:
         """Release the driver's connections."""
         self._driver_sub.close()
         self._driver.close()
-
-
-@contextlib.contextmanager
-def _signals_stop(consumer: _Consumer) -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGTERM, signal.SIGINT)
-    previous = {sig: signal.getsignal(sig) for sig in signals}
-
-    def on_signal(signum: int, frame: object) -> None:
-        if consumer.stop.is_set():
-            consumer.abandon.set()
-        log.info("signal %s: stopping the consumer loop gracefully", signum)
-        consumer.stop.set()
-
-    for sig in signals:
-        signal.signal(sig, on_signal)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-class _Consumer:
-    """The machinery of one :meth:`Subscription.run` call.
-
-    Threads: the caller's thread receives; a pool of ``concurrency`` workers runs
-    the handler; one lease keeper extends the leases of everything held. The lock
-    guards only bookkeeping, never a call to the provider.
-    """
-
-    def __init__(
-        self,
-        sub: Subscription,
-        handler: Callable[[Message], Any],
-        *,
-        concurrency: int,
-        max_deliveries: int | None,
-        idempotency: IdempotencyStore | None,
-        target: Topic | None,
-        lease: float,
-        backoff: float,
-        max_backoff: float,
-        poll: float,
-        drain_timeout: float,
-        stop: threading.Event,
-        idempotency_key: Callable[[Message], str | None],
-        idempotency_lease: float,
-        idempotency_ttl: float,
-    ) -> None:
-        self.sub = sub
-        self.handler = handler
-        self.concurrency = concurrency
-        self.max_deliveries = max_deliveries
-        self.store = idempotency
-        self.target = target
-        self.lease = lease
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.poll = poll
-        self.drain_timeout = drain_timeout
-        self.stop = stop
-        self.abandon = threading.Event()
-        self.finished = threading.Event()  # the drain is over: the lease keeper stops
-        self.key_of = idempotency_key
-        self.claim_lease = idempotency_lease
-        self.claim_ttl = idempotency_ttl
-        self.stats = RunStats()
-        self.cond = threading.Condition(threading.Lock())
-        self.held: dict[int, Message] = {}  # received, not yet settled or given up
-        self.busy_keys: dict[str, deque[Message]] = {}
-        self.claims: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends]
-        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="portable-consumer")
-
-    # -- bookkeeping ------------------------------------------------------
-    def _count(self, field_name: str) -> None:
-        with self.cond:
-            setattr(self.stats, field_name, getattr(self.stats, field_name) + 1)
-
-    def run(self) -> RunStats:
-        keeper: threading.Thread | None = None
-        if self.sub.capabilities.lease_extension or getattr(self.store, "extend", None) is not None:
-            keeper = threading.Thread(target=self._keep_leases, name="portable-lease-keeper", daemon=True)
-            keeper.start()
-        try:
-            self._receive_loop()
-        finally:
-            self.stop.set()
-            self._drain()
-            self.finished.set()
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            if keeper is not None:
-                keeper.join(timeout=5)
-        return self.stats
-
-    def _receive_loop(self) -> None:
-        sub = self.sub
-        stop = self.stop
-        while not stop.is_set():
-            with self.cond:
-                while len(self.held) >= self.concurrency and not stop.is_set():
-                    self.cond.wait(0.25)
-                room = self.concurrency - len(self.held)
-            if stop.is_set():
-                return
-            try:
-                messages = sub.receive(min(room, _MAX_RECEIVE), self.poll, lease=self.lease)
-            except PortableError as exc:
-                log.warning("receive from %s failed: %s", redact(sub.url), exc)
-                stop.wait(min(max(self.poll, 0.5), 5.0))
-                continue
-            for message in messages:
-                self._count("received")
-                if stop.is_set():
-                    self._release(message)
-                else:
-                    self._dispatch(message)
-
-    def _dispatch(self, message: Message) -> None:
-        key = message.key
-        with self.cond:
-            self.held[id(message)] = message
-            if key is not None:
-                waiting = self.busy_keys.get(key)
-                if waiting is not None:
-                    waiting.append(message)
-                    return
-                self.busy_keys[key] = deque()
-        self.pool.submit(self._work, message)
-
-    def _work(self, message: Message) -> None:
-        try:
-            self._process(message)
-        except Exception:  # the loop must survive anything; the message's lease will expire
-            log.exception("the consumer loop failed on message %s", message.id)
-        finally:
-            self._done(message)
-
-    def _done(self, message: Message) -> None:
-        following: Message | None = None
-        release: list[Message] = []
-        with self.cond:
-            self.held.pop(id(message), None)
-            key = message.key
-            if key is not None:
-                waiting = self.busy_keys.get(key)
-                if waiting:
-                    if self.stop.is_set():
-                        release = list(waiting)
-                        del self.busy_keys[key]
-                    else:
-                        following = waiting.popleft()
-                else:
-                    self.busy_keys.pop(key, None)
-            self.cond.notify_all()
-        for m in release:
-            self._release(m)
-        if following is not None:
-            try:
-                self.pool.submit(self._work, following)
-            except RuntimeError:  # the pool is shut down: give it back
-                self._release(following)
-
-    def _release(self, message: Message) -> None:
-        try:
-            message.nack(0.0)
-            self._count("released")
-        except PortableError as exc:
-            log.warning("could not release message %s at shutdown: %s", message.id, exc)
-        finally:
-            with self.cond:
-                self.held.pop(id(message), None)
-                self.cond.notify_all()
-
-    def _drain(self) -> None:
-        deadline = time.monotonic() + self.drain_timeout
-        with self.cond:
-            while self.held and not self.abandon.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.cond.wait(min(left, 0.1))
-            self.stats.unfinished = len(self.held)
-        if self.stats.unfinished:
-            log.warning(
-                "%d handler(s) still running after the %gs drain timeout; their messages will be "
-                "delivered again when their leases end", self.stats.unfinished, self.drain_timeout,
-            )
-
-    def _keep_leases(self) -> None:
-        interval = max(0.05, min(self.lease / 4, 5.0))
-        while not self.finished.wait(interval):
-            with self.cond:
-                held = list(self.held.values()) if self.sub.capabilities.lease_extension else []
-                claims = list(self.claims.values())
-            self._keep_claims(claims)
-            for message in held:
-                if message.settled or message.lease_remaining > self.lease / 2:
-                    continue
-                try:
-                    message.extend_lease(self.lease)
-                except PreconditionFailed:
-                    if not message.settled:  # else the handler settled it meanwhile: no loss
-                        log.warning("lost the lease on message %s; it may be handled twice", message.id)
-                except PortableError as exc:
-                    if not message.settled:
-                        log.warning("could not extend the lease on message %s: %s", message.id, exc)
-
-    def _keep_claims(self, claims: list[list[Any]]) -> None:
-        """Extend idempotency claims of long handlers, where the store can (``extend``)."""
-        extend = getattr(self.store, "extend", None)
-        if extend is None:
-            return
-        now = time.monotonic()
-        for claim in claims:
-            key, token, ends = claim
-            if ends - now > self.claim_lease / 2:
-                continue
-            try:
-                extend(key, token, self.claim_lease)
-                claim[2] = now + self.claim_lease
-            except Exception as exc:
-                log.warning("could not extend the idempotency claim %s: %s", key, exc)
-
-    # -- one message ------------------------------------------------------
-    def _process(self, message: Message) -> None:
-        try:
-            self._process_once(message)
-        finally:
-            if self.claims:
-                with self.cond:
-                    self.claims.pop(id(message), None)
-
-    def _process_once(self, message: Message) -> None:
-        if self.stop.is_set() and self.abandon.is_set():
-            self._release(message)
-            return
-        limit = self.max_deliveries
-        if limit is not None and message.delivery_attempt > limit:
-            self._to_dead_letter(
-                message, f"delivered {message.delivery_attempt} times without success (max_deliveries={limit})"
-            )
-            return
-        store = self.store
-        key = self.key_of(message) if store is not None else None
-        token: str | None = None
-        if store is not None and key is not None:
-            try:
-                claim = store.claim(key, _fingerprint(message.body), lease=self.claim_lease, ttl=self.claim_ttl)
-            except IdempotencyConflict as exc:
-                self._to_dead_letter(message, f"IdempotencyConflict: {exc}")
-                return
-            except Exception as exc:
-                log.warning("idempotency claim for message %s failed: %s", message.id, exc)
-                self._settle_nack(message, self._delay(message.delivery_attempt))
-                return
-            if claim.status == "completed":
-                if self._settle_ack(message):
-                    self._count("skipped")
-                return
-            if claim.status == "in_progress":
-                self._settle_nack(message, min(self.claim_lease, max(self._delay(message.delivery_attempt), 1.0)))
-                return
-            token = claim.token
-            if token is not None:
-                with self.cond:
-                    self.claims[id(message)] = [key, token, time.monotonic() + self.claim_lease]
-        try:
-            result = self.handler(message)
-        except Exception as exc:
-            self._count("failed")
-            if token is not None and store is not None and key is not None:
-                try:
-                    store.release(key, token)
-                except Exception as rel:
-                    log.warning("could not release idempotency key of message %s: %s", message.id, rel)
-            log.warning("handler failed on message %s (attempt %d): %r", message.id, message.delivery_attempt, exc)
-            if message.settled:
-                return
-            if limit is not None and message.delivery_attempt >= limit:
-                self._to_dead_letter(message, f"{type(exc).__name__}: {redact(str(exc))}")
-            else:
-                self._settle_nack(message, self._delay(message.delivery_attempt))
-            return
-        if token is not None and store is not None and key is not None:
-            try:
-                store.complete(key, token, result if isinstance(result, bytes) else None)
-            except Exception as exc:
-                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
-        if not message.settled:
-            self._settle_ack(message)
-        elif message._state == _ACKED:
-            self._count("acked")
-
-    def _delay(self, attempt: int) -> float:
-        delay = min(self.max_backoff, self.backoff * 2.0 ** max(0, min(attempt - 1, 60)))
-        return min(delay, self.sub.capabilities.max_lease_seconds)
-
-    def _settle_ack(self, message: Message) -> bool:
-        try:
-            message.ack()
-        except PreconditionFailed:
-            self._count("lost")
-            log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
-            return False
-        except PortableError as exc:
-            log.warning("ack of message %s failed: %s; it will be delivered again", message.id, exc)
-            return False
-        self._count("acked")
-        return True
-
-    def _settle_nack(self, message: Message, delay: float) -> None:
-        try:
-            message.nack(delay)
-        except PreconditionFailed:
-            self._count("lost")
-            return
-        except PortableError as exc:
-            log.warning("nack of message %s failed: %s", message.id, exc)
-            return
-        self._count("nacked")
-
-    def _to_dead_letter(self, message: Message, reason: str) -> None:
-        try:
-            if message._settle(_DEAD):
-                self.sub._dead_letter(message, reason, self.target)
-        except PreconditionFailed:
-            self._count("lost")
-            return
-        except PortableError as exc:
-            log.warning("dead-lettering message %s failed: %s; retrying later", message.id, exc)
-            self._settle_nack(message, self._delay(message.delivery_attempt))
-            return
-        self._count("dead_lettered")
-        log.warning("message %s dead-lettered: %s", message.id, reason)
 
 
 # ---------------------------------------------------------------- opening
