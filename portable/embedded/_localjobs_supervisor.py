@@ -193,6 +193,7 @@ class Supervisor:
         self.running: dict[str, _Running] = {}
         self.queue: collections.deque[str] = collections.deque()
         self.known: set[str] = set()
+        self.seen: dict[str, dict[str, Any]] = {}  # queued job -> the state read when it was queued
         self.stopping: str | None = None
         self.locked_at = 0.0
         self._terminated = False
@@ -269,6 +270,7 @@ class Supervisor:
             os.unlink(self._marker(job_id, name))
 
     def _end(self, state: dict[str, Any], final: str, reason: str | None, exit_code: int | None) -> None:
+        self.seen.pop(state["job_id"], None)
         state.update(state=final, reason=reason, exit_code=exit_code, finished=time.time(), pid=None)
         self._save(state)
         self._drop(state["job_id"], "cancel")
@@ -367,6 +369,7 @@ class Supervisor:
                 self._end(state, CANCELLED, "cancelled before it started", None)
             elif job_id not in self.queue:
                 self.queue.append(job_id)
+                self.seen[job_id] = state
         elif cancel:
             self._drop(job_id, "cancel")
 
@@ -384,7 +387,8 @@ class Supervisor:
 
     def _start(self, job_id: str) -> None:
         folder = job_dir(self.root, job_id)
-        state = self._load(job_id)
+        # only this process changes a queued job's state, so what it read then still holds
+        state = self.seen.pop(job_id, None) or self._load(job_id)
         record = read_json(os.path.join(folder, "spec.json"))
         if state is None or record is None or state["state"] != PENDING:
             return

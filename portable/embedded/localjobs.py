@@ -62,6 +62,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -282,7 +283,11 @@ class LocalLauncher(ComputeDriver):
         }
         building = tempfile.mkdtemp(dir=os.path.join(self.root, "tmp"))
         try:
-            sup.write_json(os.path.join(building, "spec.json"), record, 0o600)
+            fd = os.open(os.path.join(building, "spec.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, json.dumps(record, separators=(",", ":")).encode("utf-8"))
+            finally:
+                os.close(fd)
             sup.append_state(building, state)
             os.rename(building, sup.job_dir(self.root, job_id))
         except OSError:
