@@ -28,13 +28,15 @@ How jobs map onto Dask:
     and a preempted attempt does not use up a retry. A command's task
     returns nothing when it exits 0 and raises :class:`AttemptFailed` (with
     the exit code) otherwise, so a success costs no result fetch; workers
-    log such failures as "Compute Failed" like any task error. Cancel cancels the
-    future and signals the command's process group on its worker
-    (``Client.run``). Dask's own task retries are not used.
+    log such failures as "Compute Failed" like any task error. Cancel of a
+    queued job cancels its future; of a running command, it signals the
+    command's process group on its worker (``Client.run``: SIGTERM, grace,
+    SIGKILL). Dask's own task retries are not used.
 
 Python callables: :func:`submit_callable` runs ``fn(*args, **kwargs)`` as
 a job with the same states, retries and idempotency;
-:meth:`DaskLauncher.result` returns its value. A running callable cannot be
+:meth:`DaskLauncher.result` returns its value, which stays in worker memory
+while the launcher holds the job (until it is closed). A running callable cannot be
 interrupted (Dask cannot stop a thread): cancel, timeout and preempt mark
 the job at once, but the call runs on in its worker thread and its result
 is dropped. Callables have no logs beyond their error.
