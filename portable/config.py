@@ -24,6 +24,7 @@ The file::
     initial_backoff = 0.1
     max_backoff = 20
     timeout = 10
+    max_retry_after = 60
     deadline = 60
     breaker = { failure_rate = 0.5, window = 20, min_calls = 10, open_seconds = 30 }
 
@@ -70,7 +71,14 @@ _ENV = {
     "idempotency": "PORTABLE_IDEMPOTENCY_URL",
 }
 _PROFILE_KEYS = frozenset((*_URL_KEYS, "requires", "resilience"))
-_RETRY_KEYS = {"max_attempts": int, "initial_backoff": float, "max_backoff": float, "multiplier": float, "timeout": float}
+_RETRY_KEYS = {
+    "max_attempts": int,
+    "initial_backoff": float,
+    "max_backoff": float,
+    "multiplier": float,
+    "timeout": float,
+    "max_retry_after": float,
+}
 _BREAKER_KEYS = {"failure_rate": float, "window": int, "min_calls": int, "open_seconds": float, "half_open_probes": int}
 
 
@@ -123,6 +131,7 @@ class Profile:
             "max_backoff": retry.max_backoff,
             "multiplier": retry.multiplier,
             "timeout": retry.timeout,
+            "max_retry_after": retry.max_retry_after,
             "deadline": self.resilience.deadline,
             "breaker": None
             if self.resilience.breaker is None
