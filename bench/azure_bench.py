@@ -186,8 +186,8 @@ def run(rounds: int, ops: int, sizes: list[int]) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=31)
-    parser.add_argument("--ops", type=int, default=40, help="operations per round (a tenth for objects over 64 KiB)")
+    parser.add_argument("--rounds", type=int, default=61)
+    parser.add_argument("--ops", type=int, default=20, help="operations per round (a tenth for objects over 64 KiB)")
     parser.add_argument("--sizes", default="1024,1048576", help="object sizes in bytes, comma-separated")
     args = parser.parse_args()
     result = run(args.rounds, args.ops, [int(s) for s in args.sizes.split(",")])

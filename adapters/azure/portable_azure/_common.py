@@ -190,16 +190,19 @@ def _default_endpoint(account: str, service: Service, protocol: str = "https", s
     return f"{protocol}://{account}.{service}.{suffix}"
 
 
+def _path_style(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost" or "." not in host
+    return True
+
+
 def account_from_endpoint(endpoint: str) -> str | None:
     """The account an endpoint names: the first host label, or the first path segment (Azurite)."""
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
-    try:
-        ipaddress.ip_address(host)
-        path_style = True
-    except ValueError:
-        path_style = host == "localhost" or "." not in host
-    if path_style:
+    if _path_style(host):
         segment = parts.path.strip("/").split("/", 1)[0]
         return segment or None
     return host.split(".", 1)[0] or None
@@ -276,6 +279,9 @@ def resolve_auth(
     sas_env = url.take_str("sas_token_env")
     if endpoint is not None:
         endpoint = check_endpoint(endpoint, f"{service}_endpoint")
+        in_path = account_from_endpoint(endpoint) if _path_style(urlsplit(endpoint).hostname or "") else None
+        if account and in_path and in_path != account:
+            raise ConfigError(f"{url}: the endpoint is for account {in_path!r}, but the URL names {account!r}")
 
     def need_account() -> str:
         name = account or (account_from_endpoint(endpoint) if endpoint else None) or os.environ.get(ACCOUNT_NAME_ENV)

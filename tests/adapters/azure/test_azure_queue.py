@@ -288,3 +288,8 @@ def test_as_returns_the_queue_client(topic: Topic, fresh_queue: str) -> None:
 
     assert topic.as_(QueueClient).queue_name == fresh_queue
     assert isinstance(topic.as_(QueueServiceClient), QueueServiceClient)
+
+
+def test_a_path_style_endpoint_for_another_account_is_refused(azure: dict[str, str], fresh_queue: str, queue_query: str) -> None:
+    with pytest.raises(ConfigError, match="devstoreaccount1"):
+        open_topic(f"azqueue://otheraccount/{fresh_queue}?{queue_query}")
