@@ -12,9 +12,9 @@ The state folder::
     supervisor.lock       held (flock) by the live supervisor: at most one per folder
     supervisor.pid        its pid
     supervisor.log        its stderr
-    wake                  a FIFO; a byte written there wakes it (a hint only)
+    wake                  a FIFO; submitters write job ids there, one a line, to wake it
     stop                  a stop request: {"mode": "kill", "at": epoch}
-    inbox/<job_id>        "look at this job": written after a record or request
+    inbox/<job_id>        "look at this job", when the FIFO had no reader or was full
     tmp/                  records being built; renamed into jobs/ when complete
     jobs/<job_id>/spec.json     the normalised spec, written once (mode 0600)
     jobs/<job_id>/state.log     one JSON line per change, the first by the submitter;
@@ -42,12 +42,14 @@ import errno
 import fcntl
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,21 +131,24 @@ def touch(path: str) -> None:
     os.close(fd)
 
 
-def poke(root: str, data: bytes = b"\n") -> bool:
-    """Wake the supervisor; False if none is reading the FIFO.
+def poke(root: str, data: bytes = b"\n") -> bool | None:
+    """Write ``data`` (job ids, one a line) to the supervisor's FIFO.
 
+    Returns True once written, None if no supervisor is reading, False if the
+    FIFO is full (the supervisor is behind; leave a durable hint instead).
     With ``data=b""`` it only checks that one is there, without waking it.
     """
     try:
         fd = os.open(os.path.join(root, "wake"), os.O_WRONLY | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno in (errno.ENXIO, errno.ENOENT):
-            return False
+            return None
         raise
     try:
         if data:
-            with contextlib.suppress(BlockingIOError):
-                os.write(fd, data)
+            os.write(fd, data)  # <= PIPE_BUF bytes: written whole or not at all
+    except BlockingIOError:
+        return False
     finally:
         os.close(fd)
     return True
@@ -184,6 +189,20 @@ class _Running:
     state_fd: int = -1
 
 
+@dataclass
+class _Launch:
+    job_id: str
+    state: dict[str, Any]
+    spec: dict[str, Any]
+    attempt: int
+    env: dict[str, str]
+    cwd: str
+    log: int
+    state_fd: int
+    proc: subprocess.Popen[bytes] | None = None
+    error: BaseException | None = None
+
+
 class Supervisor:
     def __init__(self, root: str, workers: int, grace: float, idle: float) -> None:
         self.root = os.path.abspath(root)
@@ -200,6 +219,13 @@ class Supervisor:
         self._fifo_fd = -1
         self._fifo_keep = -1
         self._sig_r = -1
+        self._sig_w = -1
+        self.launching: dict[str, _Launch] = {}
+        self.deferred: set[str] = set()  # requests that came while their job was being launched
+        self.hints: set[str] = set()  # job ids read from the FIFO, to look at
+        self._launched: queue.SimpleQueue[_Launch] = queue.SimpleQueue()
+        self._launcher = ThreadPoolExecutor(max(1, min(workers, 4)), thread_name_prefix="portable-launch")
+        self._stop_grace = grace
 
     # -- start and stop ---------------------------------------------------
     def acquire(self) -> int | None:
@@ -213,7 +239,7 @@ class Supervisor:
                 return fd
             except BlockingIOError:
                 pass
-            if poke(self.root) or time.monotonic() > end:
+            if poke(self.root) is not None or time.monotonic() > end:
                 # a live supervisor is serving (and now looks at the inbox): nothing to do
                 os.close(fd)
                 return None
@@ -230,7 +256,7 @@ class Supervisor:
         sig_r, sig_w = os.pipe()
         os.set_blocking(sig_r, False)
         os.set_blocking(sig_w, False)
-        self._sig_r = sig_r
+        self._sig_r, self._sig_w = sig_r, sig_w
         signal.set_wakeup_fd(sig_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -349,6 +375,9 @@ class Supervisor:
         if state is None:
             return
         self.known.add(job_id)
+        if job_id in self.launching:
+            self.deferred.add(job_id)  # looked at again once its process is registered
+            return
         cancel = os.path.exists(self._marker(job_id, "cancel"))
         run = self.running.get(job_id)
         if run is not None:
@@ -375,7 +404,7 @@ class Supervisor:
 
     # -- running jobs ---------------------------------------------------------
     def start_next(self) -> None:
-        while self.queue and len(self.running) < self.workers and not self.stopping:
+        while self.queue and len(self.running) + len(self.launching) < self.workers and not self.stopping:
             job_id = self.queue.popleft()
             try:
                 self._start(job_id)
@@ -413,35 +442,71 @@ class Supervisor:
         except BaseException:
             os.close(state_fd)
             raise
+        launch = _Launch(job_id, state, spec, attempt, env, cwd, log, state_fd)
+        self.launching[job_id] = launch
+        self._launcher.submit(self._spawn, launch)
+
+    def _spawn(self, launch: _Launch) -> None:
+        """On a launcher thread: fork/exec releases the GIL, so several run at once."""
         try:
-            proc = subprocess.Popen(
-                spec["command"],
+            launch.proc = subprocess.Popen(
+                launch.spec["command"],
                 stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                cwd=cwd,
-                env=env,
+                stdout=launch.log,
+                stderr=launch.log,
+                cwd=launch.cwd,
+                env=launch.env,
                 start_new_session=True,
                 close_fds=True,
             )
-        except OSError as exc:
-            os.close(state_fd)
-            os.write(log, f"portable: cannot start {spec['command'][0]!r}: {exc}\n".encode())
-            state["attempts"] = attempt
+        except BaseException as exc:
+            launch.error = exc
+        self._launched.put(launch)
+        with contextlib.suppress(OSError):
+            os.write(self._sig_w, b"L")  # wake the main loop
+
+    def collect_launched(self) -> None:
+        """Register the processes the launcher threads started (main thread)."""
+        while True:
+            try:
+                launch = self._launched.get_nowait()
+            except queue.Empty:
+                return
+            self.launching.pop(launch.job_id, None)
+            try:
+                self._register(launch)
+            except Exception as exc:
+                print(f"portable supervisor: job {launch.job_id}: {exc!r}", file=sys.stderr, flush=True)
+            if launch.job_id in self.deferred:
+                self.deferred.discard(launch.job_id)
+                self.look(launch.job_id)
+
+    def _register(self, launch: _Launch) -> None:
+        state, spec, job_id = launch.state, launch.spec, launch.job_id
+        if launch.proc is None:
+            exc = launch.error
+            try:
+                os.write(launch.log, f"portable: cannot start {spec['command'][0]!r}: {exc}\n".encode())
+            finally:
+                os.close(launch.log)
+                os.close(launch.state_fd)
+            state["attempts"] = launch.attempt
             state["started"] = state.get("started") or time.time()
-            self._end(state, FAILED, f"cannot start {spec['command'][0]!r}: {exc.strerror or exc}", None)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self._end(state, FAILED, f"cannot start {spec['command'][0]!r}: {why}", None)
             return
-        finally:
-            os.close(log)
-        now = time.time()
+        os.close(launch.log)
+        proc = launch.proc
         state.update(
-            state=RUNNING, attempts=attempt, pid=proc.pid, reason=None, started=state.get("started") or now
+            state=RUNNING, attempts=launch.attempt, pid=proc.pid, reason=None, started=state.get("started") or time.time()
         )
         timeout = spec.get("timeout")
         deadline = time.monotonic() + timeout if timeout else None
-        run = _Running(job_id, proc, state, spec, deadline, state_fd=state_fd)
+        run = _Running(job_id, proc, state, spec, deadline, state_fd=launch.state_fd)
         self.running[job_id] = run  # from here on reap() owns the process, whatever happens
         self._save(state)
+        if self.stopping is not None:
+            self._terminate(run, self.stopping, self._stop_grace)
 
     def _terminate(self, run: _Running, intent: str, grace: float) -> None:
         run.intent = intent
@@ -537,6 +602,7 @@ class Supervisor:
 
     def _stop(self, intent: str, grace: float) -> None:
         self.stopping = intent
+        self._stop_grace = grace
         for run in self.running.values():
             if run.intent not in ("cancel", "stop", "requeue"):
                 self._terminate(run, intent, grace)
@@ -549,9 +615,18 @@ class Supervisor:
 
     # -- the loop -------------------------------------------------------------
     def _drain(self, fd: int) -> None:
+        data = b""
         with contextlib.suppress(BlockingIOError, InterruptedError):
-            while os.read(fd, 65536):
-                pass
+            while chunk := os.read(fd, 65536):
+                data += chunk
+        if fd == self._fifo_fd and data:
+            # writes are whole lines (atomic below PIPE_BUF), so no line is ever split
+            self.hints.update(line.decode("ascii", "replace") for line in data.split(b"\n") if line)
+
+    def read_hints(self) -> None:
+        hints, self.hints = self.hints, set()
+        for job_id in hints:
+            self.look(job_id)
 
     def serve(self) -> None:
         idle_since = time.monotonic()
@@ -560,7 +635,9 @@ class Supervisor:
             if self._terminated and self.stopping is None:
                 self._stop("requeue", min(self.grace, 5.0))
             self.check_stop()
+            self.collect_launched()
             if self.stopping is None:
+                self.read_hints()
                 self.read_inbox()
             self.reap()
             self.enforce_deadlines()
@@ -569,9 +646,9 @@ class Supervisor:
             if self.stopping is None and now - last_scan >= _SCAN_EVERY:
                 self.scan_new()
                 last_scan = now
-            if self.stopping is not None and not self.running:
+            if self.stopping is not None and not self.running and not self.launching:
                 return
-            if self.running or self.queue:
+            if self.running or self.queue or self.launching:
                 idle_since = now
             elif now - idle_since >= self.idle and self._may_exit():
                 return
@@ -584,10 +661,20 @@ class Supervisor:
                 self._drain(fd)
 
     def _may_exit(self) -> bool:
-        """Stop taking pokes, then look at the inbox a last time."""
+        """Stop taking pokes, then look for work a last time.
+
+        A submitter renames its record into ``jobs/`` before it pokes; once
+        the FIFO is closed its poke fails and it starts a new supervisor
+        (which waits for this one's lock). So a record either shows up in the
+        scan below or is found by that new supervisor.
+        """
+        self._drain(self._fifo_fd)
         self._close_fifo()
-        inbox = os.path.join(self.root, "inbox")
-        if os.listdir(inbox) or os.path.exists(os.path.join(self.root, "stop")):
+        before = len(self.queue)
+        self.read_hints()
+        self.read_inbox()
+        self.scan_new()
+        if len(self.queue) > before or os.path.exists(os.path.join(self.root, "stop")):
             self._open_fifo()
             return False
         return True
@@ -611,6 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         sup.setup()
         sup.recover()
         sup.serve()
+        sup._launcher.shutdown(wait=True)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(sup.root, "supervisor.pid"))

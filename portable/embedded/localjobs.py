@@ -157,11 +157,14 @@ class LocalLauncher(ComputeDriver):
         return f"LocalLauncher({self.root!r}, workers={self.workers})"
 
     # -- the supervisor -------------------------------------------------------
-    def _wake(self) -> None:
-        """Wake the supervisor, starting one if none is serving the folder."""
-        if sup.poke(self.root):
+    def _wake(self, job_id: str) -> None:
+        """Tell the supervisor to look at ``job_id``, starting one if none serves the folder."""
+        sent = sup.poke(self.root, job_id.encode("ascii") + b"\n")
+        if sent:
             return
-        self._spawn()
+        sup.touch(os.path.join(self.root, "inbox", job_id))  # a durable hint for whoever serves next
+        if sent is None:
+            self._spawn()
 
     def _ensure_alive(self) -> None:
         """Start a supervisor if none serves the folder (checks at most every 0.5 s)."""
@@ -169,7 +172,7 @@ class LocalLauncher(ComputeDriver):
         if now - self._checked_at < 0.5:
             return
         self._checked_at = now
-        if not sup.poke(self.root, b""):
+        if sup.poke(self.root, b"") is None:
             self._spawn()
 
     def _spawn(self) -> None:
@@ -226,7 +229,7 @@ class LocalLauncher(ComputeDriver):
             return None
         request = {"mode": "kill", "at": time.time(), "grace": self.grace if grace is None else grace}
         sup.write_json(os.path.join(self.root, "stop"), request)
-        sup.poke(self.root)
+        sup.poke(self.root, b"\n")
         end = time.monotonic() + timeout
         while sup.lock_held(self.root):
             if time.monotonic() > end:
@@ -250,8 +253,7 @@ class LocalLauncher(ComputeDriver):
         folder = self._folder(job_id)
         if marker is not None:
             sup.write_json(os.path.join(folder, marker), data or {}, 0o600)
-        sup.touch(os.path.join(self.root, "inbox", job_id))
-        self._wake()
+        self._wake(job_id)
 
     def submit(self, spec: JobSpec) -> JobStatus:
         fingerprint = spec.fingerprint()
