@@ -24,9 +24,10 @@ The state folder::
     jobs/<job_id>/attempt-N.log stdout and stderr of attempt N
 
 Lifecycle: the supervisor exits when it has had nothing to do for ``idle``
-seconds, after closing the FIFO and looking at the inbox once more, so a job
-recorded meanwhile is never lost (its submitter finds no reader and starts a
-new supervisor, which waits for the lock). On SIGTERM it preempts its running
+seconds, after closing the FIFO and looking for new records once more, so a
+job recorded meanwhile is never lost (its submitter finds no reader and starts
+a new supervisor, which waits for the lock). Processes are started on a few
+launcher threads: fork/exec releases the GIL, so launches overlap. On SIGTERM it preempts its running
 jobs (they go back to PENDING and resume under the next supervisor). A
 record left RUNNING by a supervisor that died (SIGKILL) is treated the same
 way when the next one starts: its process group is killed and the job runs
