@@ -40,7 +40,7 @@ What every provider accepts (checked before any request, with a typed error):
   ``goog``, ``aws.`` or ``amazon.`` (any case) are reserved. Values are
   non-empty ``str`` of at most 1,024 UTF-8 bytes without control characters
   (tab and newlines allowed). At most ``capabilities.max_attributes`` attributes,
-  the reserved ones this layer adds included (SQS: 10);
+  the reserved ones this layer adds included (SQS: 9);
 * an ordering ``key`` and an ``idempotency_key`` are 1-128 printable ASCII
   characters without spaces (SQS's MessageGroupId alphabet).
 
@@ -800,7 +800,7 @@ class Subscription:
 
         Messages with the same ``key`` are handled one at a time, in order.
         Where the provider cannot extend leases (``capabilities.lease_extension``
-        is False: Kafka), a handler must finish within ``lease``.
+        is False), a handler must finish within ``lease``.
 
         Stopping: :meth:`stop`, ``stop_event.set()``, or SIGTERM/SIGINT (handlers are
         installed only when called from the main thread and ``handle_signals``). The
@@ -920,7 +920,7 @@ def open_subscription(
 
     Args:
         lease: default seconds a received message stays leased. Defaults to 30;
-            at least ``capabilities.min_lease_seconds`` (Pub/Sub: 10).
+            at least ``capabilities.min_lease_seconds`` (Pub/Sub and Azure: 1).
         dead_letter: where :meth:`Subscription.run` republishes poison messages when
             the provider has no native dead-letter queue. Defaults to the profile's
             ``dead_letter`` when the queue is the profile's own.
