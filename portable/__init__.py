@@ -13,7 +13,9 @@ Submodules: :mod:`portable.storage`, :mod:`portable.messaging`,
 
 from __future__ import annotations
 
-from .compute import Job, JobSpec, JobState, JobStatus, Launcher, open_launcher
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .config import Profile, load_profile
 from .errors import (
     AlreadyExists,
@@ -40,10 +42,49 @@ from .errors import (
     UnknownScheme,
     Unsupported,
 )
-from .idempotency import IdempotencyStore, idempotent, open_store
-from .messaging import Message, Subscription, Topic, open_subscription, open_topic
 from .resilience import BreakerPolicy, CircuitBreaker, ResiliencePolicy, RetryPolicy, deadline
-from .storage import Bucket, ObjectInfo, open_bucket
+
+if TYPE_CHECKING:
+    from .compute import Job, JobSpec, JobState, JobStatus, Launcher, open_launcher
+    from .idempotency import IdempotencyStore, idempotent, open_store
+    from .messaging import Message, Subscription, Topic, open_subscription, open_topic
+    from .storage import Bucket, ObjectInfo, open_bucket
+
+# The domain modules load on first use, so `import portable.storage` does not
+# import messaging and compute (PEP 562).
+_LAZY = {
+    "Bucket": "storage",
+    "IdempotencyStore": "idempotency",
+    "Job": "compute",
+    "JobSpec": "compute",
+    "JobState": "compute",
+    "JobStatus": "compute",
+    "Launcher": "compute",
+    "Message": "messaging",
+    "ObjectInfo": "storage",
+    "Subscription": "messaging",
+    "Topic": "messaging",
+    "idempotent": "idempotency",
+    "open_bucket": "storage",
+    "open_launcher": "compute",
+    "open_store": "idempotency",
+    "open_subscription": "messaging",
+    "open_topic": "messaging",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'portable' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"portable.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -48,7 +48,6 @@ leases well above the clock skew.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -326,6 +325,8 @@ async def arun_once(
 ) -> R:
     """:func:`run_once` for a coroutine function. The store's calls run in a thread
     unless it is a :class:`MemoryStore`, so the event loop never blocks on I/O."""
+    import asyncio
+
     inline = isinstance(store, MemoryStore)
 
     async def call(method: Callable[..., T], *args: Any, **kwargs: Any) -> T:

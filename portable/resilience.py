@@ -35,7 +35,6 @@ forgets them all.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import datetime as dt
@@ -498,6 +497,13 @@ _UNHEALTHY = frozenset(
 )
 
 
+async def _asyncio_sleep(delay: float) -> None:
+    # asyncio is imported on first async use, so sync users never pay for it
+    import asyncio
+
+    await asyncio.sleep(delay)
+
+
 class Guard:
     """Runs driver calls under one retry policy and per-operation-class breakers.
 
@@ -538,7 +544,7 @@ class Guard:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        asleep: Callable[[float], Awaitable[None]] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.provider = provider
@@ -548,7 +554,7 @@ class Guard:
         self.rng = rng
         self._classifier = classifier
         self._sleep = sleep
-        self._asleep = asleep
+        self._asleep = _asyncio_sleep if asleep is None else asleep
         self._breakers: dict[str, CircuitBreaker | None] = {}
 
     def __repr__(self) -> str:
@@ -736,6 +742,8 @@ class Guard:
             left = max(0.0, at - time.monotonic())
             limit = left if limit is None else min(limit, left)
         assert limit is not None
+        import asyncio
+
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None

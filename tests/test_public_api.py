@@ -18,8 +18,10 @@ def test_all_is_complete_and_importable():
         assert hasattr(portable, name), name
     public = {
         name
-        for name, value in vars(portable).items()
-        if not name.startswith("_") and not inspect.ismodule(value) and name not in {"annotations"}
+        for name in dir(portable)
+        if not name.startswith("_")
+        and not inspect.ismodule(getattr(portable, name))
+        and name not in {"annotations", "TYPE_CHECKING", "Any"}
     }
     assert public == set(portable.__all__)
 
@@ -42,9 +44,29 @@ def test_module_all_is_sorted(module):
         assert hasattr(mod, name), f"{module}.{name}"
 
 
+def test_importing_one_domain_does_not_load_the_others():
+    code = (
+        "import sys, portable.storage\n"
+        "print(','.join(sorted(m for m in sys.modules if m in {'portable.messaging', 'portable.compute', 'asyncio'})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_lazy_names_resolve_to_the_domain_objects():
+    import portable.messaging
+    import portable.storage
+
+    assert portable.open_bucket is portable.storage.open_bucket
+    assert portable.Topic is portable.messaging.Topic
+    with pytest.raises(AttributeError):
+        portable.no_such_name  # noqa: B018
+
+
 def test_importing_the_core_loads_no_cloud_sdk():
     code = (
-        "import sys, portable, portable.storage, portable.config, portable.resilience\n"
+        "import sys, portable, portable.storage, portable.config, portable.resilience, "
+        "portable.messaging, portable.compute, portable.idempotency, portable.testing.chaos\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "{'boto3','botocore','aiobotocore','s3fs','gcsfs','adlfs','google','azure','kafka','fsspec','dask','redis'})\n"
         "print(','.join(bad))\n"
