@@ -241,6 +241,80 @@ class _Writer(io.RawIOBase):
                 pass  # best effort in a finaliser: the object was never visible
 
 
+class _Reader(io.RawIOBase):
+    """The file object returned by ``Bucket.open(key, "rb")``.
+
+    It delegates to the driver's stream and turns each native error into the
+    portable error its driver classifies it as (once, with ``__cause__``).
+    A read is not retried mid-stream: reopen and seek to resume.
+    """
+
+    def __init__(self, bucket: Bucket, key: str, inner: IO[bytes]) -> None:
+        super().__init__()
+        self._guard = bucket._guard
+        self._what = f"read {key}"
+        self._inner = inner
+
+    def _fail(self, exc: Exception) -> PortableError:
+        return self._guard.wrap(self._what, exc)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        try:
+            return bool(self._inner.seekable())
+        except Exception as exc:
+            raise self._fail(exc) from exc
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            readinto = getattr(self._inner, "readinto", None)
+            if readinto is not None:
+                return int(readinto(buffer))
+            data = self._inner.read(len(buffer))
+        except Exception as exc:
+            raise self._fail(exc) from exc
+        buffer[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return self._inner.read(-1 if size is None else size)
+        except Exception as exc:
+            raise self._fail(exc) from exc
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        try:
+            return self._inner.readline(-1 if size is None else size)
+        except Exception as exc:
+            raise self._fail(exc) from exc
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        try:
+            return self._inner.seek(offset, whence)
+        except Exception as exc:
+            raise self._fail(exc) from exc
+
+    def tell(self) -> int:
+        try:
+            return self._inner.tell()
+        except Exception as exc:
+            raise self._fail(exc) from exc
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._inner.close()
+            except Exception as exc:
+                raise self._fail(exc) from exc
+            finally:
+                super().close()
+
+
 class Bucket:
     """A portable bucket: objects under keys, on any provider.
 
@@ -440,7 +514,8 @@ class Bucket:
         if mode == "rb":
             if content_type or metadata or if_none_match or if_match:
                 raise InvalidArgument("write options apply to mode 'wb' only")
-            return self._guard.call("read", f"open {key}", self._driver.open_read, key)
+            inner = self._guard.call("read", f"open {key}", self._driver.open_read, key)
+            return _Reader(self, key, inner)  # type: ignore[return-value]
         if mode != "wb":
             raise InvalidArgument(f"mode must be 'rb' or 'wb', got {mode!r}")
         if type(part_size) is not int or part_size < self._caps.min_part_bytes:
