@@ -92,7 +92,7 @@ def run(rounds: int, ops: int, sizes: list[int]) -> dict[str, Any]:
     service.create_container(container)
     raw = service.get_container_client(container)
     fs = AzureBlobFileSystem(connection_string=conn, skip_instance_cache=True)
-    url = f"az://{container}?connection_string_env={env}"
+    url = f"az://{container}?engine=fsspec&connection_string_env={env}"
     bucket = open_bucket(url, profile=Profile(name="bench", storage=url, queue="mem://", jobs="local://"))
     sections: dict[str, list[dict[str, Any]]] = {}
     verdicts: dict[str, float] = {}

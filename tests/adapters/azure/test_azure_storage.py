@@ -1,4 +1,8 @@
-"""az:// and abfs:// on Azurite: the storage contract, plus what only Azure Blob has."""
+"""az:// and abfs:// on Azurite: the storage contract, plus what only Azure Blob has.
+
+Every URL pins ``engine=fsspec``: this file tests the adlfs/blob-SDK driver, and
+without the option the obstore engine would be chosen wherever it is installed.
+"""
 
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ class TestBlobContract(StorageContract):
 
     @pytest.fixture
     def bucket_url(self, blob_container: str, unique_name: str, conn_query: str) -> str:
-        return f"az://{blob_container}/{unique_name}?{conn_query}"
+        return f"az://{blob_container}/{unique_name}?engine=fsspec&{conn_query}"
 
 
 class TestAbfsKeyContract(StorageContract):
@@ -50,7 +54,7 @@ class TestAbfsKeyContract(StorageContract):
     def bucket_url(self, azure: dict[str, str], blob_container: str, unique_name: str) -> str:
         return (
             f"abfs://{blob_container}@{azure['account']}.dfs.core.windows.net/{unique_name}"
-            f"?blob_endpoint={azure['blob_endpoint']}&account_key_env={KEY_ENV}"
+            f"?engine=fsspec&blob_endpoint={azure['blob_endpoint']}&account_key_env={KEY_ENV}"
         )
 
 
@@ -62,7 +66,7 @@ def open_url(url: str, **retry: Any) -> Bucket:
 
 @pytest.fixture
 def bucket(blob_container: str, unique_name: str, conn_query: str) -> Any:
-    b = open_url(f"az://{blob_container}/{unique_name}?{conn_query}")
+    b = open_url(f"az://{blob_container}/{unique_name}?engine=fsspec&{conn_query}")
     yield b
     b.close()
 
@@ -71,13 +75,13 @@ def bucket(blob_container: str, unique_name: str, conn_query: str) -> Any:
 @pytest.mark.parametrize("option", ["account_key", "connection_string", "sas_token", "sig", "key"])
 def test_a_secret_in_the_url_is_refused_and_not_echoed(option: str) -> None:
     with pytest.raises(InvalidURL, match=r"environment variable") as info:
-        open_bucket(f"az://data/p?account=acct&{option}=TOPSECRETVALUE")
+        open_bucket(f"az://data/p?engine=fsspec&account=acct&{option}=TOPSECRETVALUE")
     assert "TOPSECRETVALUE" not in str(info.value)
 
 
 def test_a_password_in_the_netloc_is_refused() -> None:
     with pytest.raises(InvalidURL) as info:
-        open_bucket("abfs://data:TOPSECRETVALUE@acct.dfs.core.windows.net/p")
+        open_bucket("abfs://data:TOPSECRETVALUE@acct.dfs.core.windows.net/p?engine=fsspec")
     assert "TOPSECRETVALUE" not in str(info.value)
 
 
@@ -85,12 +89,12 @@ def test_a_password_in_the_netloc_is_refused() -> None:
 def test_invalid_container_names_raise_before_any_request(name: str) -> None:
     # The endpoint is a closed port: an InvalidURL (not Unavailable) proves no request was made.
     with pytest.raises(InvalidURL, match="container name"):
-        open_bucket(f"az://{name}/p?account=acct&auth=anonymous&blob_endpoint=http://127.0.0.1:9/acct")
+        open_bucket(f"az://{name}/p?engine=fsspec&account=acct&auth=anonymous&blob_endpoint=http://127.0.0.1:9/acct")
 
 
 def test_the_key_limit_leaves_room_for_the_prefix(blob_container: str, conn_query: str) -> None:
     prefix = "p" * 100
-    with open_url(f"az://{blob_container}/{prefix}?{conn_query}") as b:
+    with open_url(f"az://{blob_container}/{prefix}?engine=fsspec&{conn_query}") as b:
         assert b.capabilities.max_key_bytes == 1024 - 101
         with pytest.raises(InvalidKey, match="limit"):
             b.put("k" * (1024 - 100), b"x")
@@ -100,7 +104,7 @@ def test_the_key_limit_leaves_room_for_the_prefix(blob_container: str, conn_quer
 
 def test_missing_named_variable_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="NOT_SET_ANYWHERE"):
-        open_bucket("az://data/p?account=acct&account_key_env=NOT_SET_ANYWHERE")
+        open_bucket("az://data/p?engine=fsspec&account=acct&account_key_env=NOT_SET_ANYWHERE")
 
 
 def test_auto_auth_prefers_named_variables_then_the_standard_ones(monkeypatch: pytest.MonkeyPatch, azure: dict[str, str]) -> None:
@@ -119,18 +123,18 @@ def test_auto_auth_prefers_named_variables_then_the_standard_ones(monkeypatch: p
 
 def test_connection_string_for_another_account_is_a_config_error(blob_container: str, conn_query: str) -> None:
     with pytest.raises(ConfigError, match="devstoreaccount1"):
-        open_bucket(f"az://{blob_container}/p?account=otheraccount&{conn_query}")
+        open_bucket(f"az://{blob_container}/p?engine=fsspec&account=otheraccount&{conn_query}")
 
 
 def test_secrets_never_show_in_repr_or_errors(azure: dict[str, str], blob_container: str, conn_query: str) -> None:
     key = azure["connection_string"].split("AccountKey=")[1].split(";")[0]
-    with open_url(f"az://{blob_container}/secrets?{conn_query}") as b:
+    with open_url(f"az://{blob_container}/secrets?engine=fsspec&{conn_query}") as b:
         with pytest.raises(NotFound) as info:
             b.get("missing")
         assert key not in str(info.value) and key not in repr(b) and key not in repr(b.driver)
         url = b.signed_url("missing", expires=60)
         assert "sig=" in url  # the caller asked for the secret-bearing URL; errors never carry it
-    with open_url(f"az://no-such-container/p?{conn_query}") as b, pytest.raises(NotFound) as info:
+    with open_url(f"az://no-such-container/p?engine=fsspec&{conn_query}") as b, pytest.raises(NotFound) as info:
         b.put("k", b"x")
     assert key not in str(info.value)
     assert "sig=" not in str(info.value)
@@ -203,7 +207,7 @@ def test_a_get_only_signed_url_cannot_put(bucket: Bucket) -> None:
 
 
 def test_no_shared_key_means_no_signed_urls(azure: dict[str, str], blob_container: str) -> None:
-    url = f"az://{blob_container}/p?auth=anonymous&blob_endpoint={azure['blob_endpoint']}"
+    url = f"az://{blob_container}/p?engine=fsspec&auth=anonymous&blob_endpoint={azure['blob_endpoint']}"
     with open_url(url) as b:
         assert not b.capabilities.signed_urls
         with pytest.raises(Unsupported):
@@ -213,7 +217,7 @@ def test_no_shared_key_means_no_signed_urls(azure: dict[str, str], blob_containe
 def test_anonymous_access_reads_a_public_container(azure: dict[str, str], unique_name: str) -> None:
     blob_service(azure).create_container(unique_name, public_access="blob")
     blob_service(azure).get_blob_client(unique_name, "pub.txt").upload_blob(b"public")
-    with open_url(f"az://{unique_name}?auth=anonymous&blob_endpoint={azure['blob_endpoint']}") as b:
+    with open_url(f"az://{unique_name}?engine=fsspec&auth=anonymous&blob_endpoint={azure['blob_endpoint']}") as b:
         assert b.get("pub.txt") == b"public"
         with pytest.raises(PermissionDenied):
             b.put("pub.txt", b"vandal")
@@ -231,7 +235,7 @@ def test_as_returns_adlfs_sharing_the_client(bucket: Bucket, blob_container: str
 
 
 def test_a_missing_container_raises_not_found(conn_query: str) -> None:
-    with open_url(f"az://no-such-container/p?{conn_query}") as b:
+    with open_url(f"az://no-such-container/p?engine=fsspec&{conn_query}") as b:
         with pytest.raises(NotFound, match="ContainerNotFound"):
             b.get("k")
         with pytest.raises(NotFound):
@@ -245,7 +249,7 @@ def test_a_missing_container_raises_not_found(conn_query: str) -> None:
 )
 def test_the_sdk_makes_one_attempt_per_portable_attempt(stub_server: Any, status: int, code: str, error: type[Exception]) -> None:
     server = stub_server(status, code)
-    url = f"az://data/p?auth=anonymous&blob_endpoint={server.endpoint()}"
+    url = f"az://data/p?engine=fsspec&auth=anonymous&blob_endpoint={server.endpoint()}"
     with open_url(url, max_attempts=3, initial_backoff=0.0) as b, pytest.raises(error):
         b.get("k")
     expected = 1 if error is NotFound else 3
@@ -255,7 +259,7 @@ def test_the_sdk_makes_one_attempt_per_portable_attempt(stub_server: Any, status
 def test_retry_after_from_the_provider_is_honoured(stub_server: Any) -> None:
     server = stub_server(503, "ServerBusy", {"x-ms-retry-after-ms": "300"})
     started = time.monotonic()
-    url = f"az://data/p?auth=anonymous&blob_endpoint={server.endpoint()}"
+    url = f"az://data/p?engine=fsspec&auth=anonymous&blob_endpoint={server.endpoint()}"
     with open_url(url, max_attempts=2) as b, pytest.raises(Throttled) as info:
         b.get("k")
     assert info.value.retry_after == pytest.approx(0.3)
@@ -265,7 +269,7 @@ def test_retry_after_from_the_provider_is_honoured(stub_server: Any) -> None:
 
 def test_a_deadline_bounds_a_hanging_request(stub_server: Any) -> None:
     server = stub_server(200, delay=10.0)
-    with open_url(f"az://data/p?auth=anonymous&blob_endpoint={server.endpoint()}", max_attempts=5) as b:
+    with open_url(f"az://data/p?engine=fsspec&auth=anonymous&blob_endpoint={server.endpoint()}", max_attempts=5) as b:
         started = time.monotonic()
         with pytest.raises(DeadlineExceeded), deadline(0.5):
             b.get("k")
@@ -277,7 +281,7 @@ def test_an_unreachable_endpoint_is_unavailable_and_opens_the_breaker() -> None:
         retry=RetryPolicy(max_attempts=1),
         breaker=BreakerPolicy(failure_rate=0.5, window=4, min_calls=2, open_seconds=60),
     )
-    url = "az://data/p?auth=anonymous&blob_endpoint=http://127.0.0.1:9/devstoreaccount1&connection_timeout=2"
+    url = "az://data/p?engine=fsspec&auth=anonymous&blob_endpoint=http://127.0.0.1:9/devstoreaccount1&connection_timeout=2"
     profile = Profile(name="t", storage=url, queue="mem://t", jobs="local://./.portable/jobs", resilience=policy)
     with open_bucket(url, profile=profile) as b:
         for _ in range(2):
@@ -303,7 +307,7 @@ def test_concurrent_gets_share_one_client(bucket: Bucket) -> None:
 
 
 def test_the_contract_profile_opens_an_az_bucket(blob_container: str, conn_query: str) -> None:
-    url = f"az://{blob_container}/profile?{conn_query}"
+    url = f"az://{blob_container}/profile?engine=fsspec&{conn_query}"
     with open_bucket(url, profile=contract_profile(url)) as b:
         assert isinstance(b.driver, BlobStorage)
         assert b.provider == "az"
@@ -316,4 +320,4 @@ class TestBlobFaults(StorageFaultSuite):
 
     @pytest.fixture
     def fault_storage_url(self, blob_container: str, conn_query: str) -> str:
-        return f"az://{blob_container}/faults?{conn_query}"
+        return f"az://{blob_container}/faults?engine=fsspec&{conn_query}"
