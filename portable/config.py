@@ -7,7 +7,8 @@ Where the configuration comes from, later entries winning:
 2. the profile named by ``PORTABLE_PROFILE`` (default ``default``) in the
    file named by ``PORTABLE_CONFIG``, else ``./portable.toml`` if it exists;
 3. ``PORTABLE_STORAGE_URL``, ``PORTABLE_QUEUE_URL``, ``PORTABLE_JOBS_URL``,
-   ``PORTABLE_DEAD_LETTER_URL`` and ``PORTABLE_IDEMPOTENCY_URL``.
+   ``PORTABLE_DEAD_LETTER_URL``, ``PORTABLE_IDEMPOTENCY_URL`` and
+   ``PORTABLE_STORAGE_ENGINE``.
 
 The file::
 
@@ -18,6 +19,7 @@ The file::
     dead_letter = "sqs://events-dlq?region=eu-west-1"
     idempotency = "s3://acme-data/idempotency"
     requires = ["conditional_create", "native_dead_letter"]
+    storage_engine = "obstore"   # or "fsspec"; a URL's own ?engine= wins
 
     [profiles.aws.resilience]
     max_attempts = 5
@@ -70,7 +72,8 @@ _ENV = {
     "dead_letter": "PORTABLE_DEAD_LETTER_URL",
     "idempotency": "PORTABLE_IDEMPOTENCY_URL",
 }
-_PROFILE_KEYS = frozenset((*_URL_KEYS, "requires", "resilience"))
+_PROFILE_KEYS = frozenset((*_URL_KEYS, "requires", "resilience", "storage_engine"))
+_ENGINES = ("fsspec", "obstore")
 _RETRY_KEYS = {
     "max_attempts": int,
     "initial_backoff": float,
@@ -93,6 +96,8 @@ class Profile:
         idempotency: URL of the idempotency store (a bucket or ``sqlite://``), if any.
         requires: capabilities every provider of this profile must have.
         resilience: the retry and breaker policy.
+        storage_engine: ``"obstore"`` or ``"fsspec"`` for s3/gs/az URLs without
+            ``?engine=``; None picks the first installed (obstore first).
         source: where it came from: a file path, or ``"defaults"``.
     """
 
@@ -105,6 +110,7 @@ class Profile:
     requires: tuple[str, ...] = ()
     resilience: ResiliencePolicy = field(default_factory=ResiliencePolicy)
     source: str = "defaults"
+    storage_engine: str | None = None
 
     def __repr__(self) -> str:
         urls = ", ".join(
@@ -124,6 +130,7 @@ class Profile:
             if value is not None:
                 data[key] = redact(value)
         data["requires"] = list(self.requires)
+        data["storage_engine"] = self.storage_engine
         retry = self.resilience.retry
         data["resilience"] = {
             "max_attempts": retry.max_attempts,
@@ -246,6 +253,7 @@ def load_profile(name: str | None = None) -> Profile:
     resilience = ResiliencePolicy()
     requires: tuple[str, ...] = ()
     source = "defaults"
+    engine: str | None = None
     if path is not None:
         profiles = _read(path)
         table = profiles.get(name)
@@ -279,12 +287,23 @@ def load_profile(name: str | None = None) -> Profile:
                 requires = tuple(req)
             if "resilience" in table:
                 resilience = _resilience(path, f"{where}.resilience", table["resilience"])
+            if "storage_engine" in table:
+                engine = table["storage_engine"]
+                if engine not in _ENGINES:
+                    raise ConfigError(
+                        f"{path}: {where}.storage_engine must be one of {', '.join(_ENGINES)}, got {engine!r}"
+                    )
     for key, env in _ENV.items():
         override = os.environ.get(env)
         if override:
             if "://" not in override:
                 raise ConfigError(f"{env} must be a provider URL such as 'file://./data', got {redact(override)!r}")
             values[key] = override
+    env_engine = os.environ.get("PORTABLE_STORAGE_ENGINE")
+    if env_engine:
+        if env_engine not in _ENGINES:
+            raise ConfigError(f"PORTABLE_STORAGE_ENGINE must be one of {', '.join(_ENGINES)}, got {env_engine!r}")
+        engine = env_engine
     return Profile(
         name=name,
         storage=values["storage"],
@@ -295,6 +314,7 @@ def load_profile(name: str | None = None) -> Profile:
         requires=requires,
         resilience=resilience,
         source=source,
+        storage_engine=engine,
     )
 
 

@@ -712,8 +712,8 @@ def open_driver(url: str) -> StorageDriver:
 def open_bucket(url: str | None = None, *, profile: str | Profile | None = None) -> Bucket:
     """Open a bucket by URL, or the active profile's ``storage`` URL.
 
-    The profile's resilience policy applies either way, and its ``requires``
-    are checked now: a provider that lacks a required capability fails here,
+    The profile's resilience policy and ``storage_engine`` apply either way
+    (a URL's own ``?engine=`` wins), and its ``requires`` are checked now: a provider that lacks a required capability fails here,
     at start-up, with MissingCapability.
 
     Raises:
@@ -721,6 +721,8 @@ def open_bucket(url: str | None = None, *, profile: str | Profile | None = None)
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     target = url or prof.storage
+    if prof.storage_engine is not None:
+        target = urls.with_default_engine(target, prof.storage_engine)
     driver = open_driver(target)
     check_requirements(
         "storage", driver.scheme, driver.capabilities.supported(), StorageCapabilities.flag_names(), prof.requires

@@ -41,6 +41,7 @@ __all__ = [
     "load_driver_factory",
     "open_driver",
     "parse_url",
+    "with_default_engine",
 ]
 
 Domain = Literal["storage", "messaging", "compute"]
@@ -332,3 +333,12 @@ def driver_class(domain: Domain, url: str | ParsedURL) -> Any:
         target, extra = _STORAGE_ENGINES[parsed.scheme][engine]
         return _import(target, parsed.scheme, extra)
     return load_driver_factory(domain, parsed.scheme)
+
+
+def with_default_engine(url: str, engine: str) -> str:
+    """``url`` with ``engine=ENGINE`` added when its scheme has engines and it names none."""
+    parsed = parse_url(url)
+    if parsed.scheme not in _STORAGE_ENGINES or "engine" in parsed.options:
+        return url
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}engine={engine}"

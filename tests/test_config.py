@@ -9,7 +9,7 @@ from portable.config import DEFAULTS, load_profile
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
-    for name in ("PORTABLE_CONFIG", "PORTABLE_PROFILE", "PORTABLE_STORAGE_URL", "PORTABLE_QUEUE_URL", "PORTABLE_JOBS_URL"):
+    for name in ("PORTABLE_CONFIG", "PORTABLE_PROFILE", "PORTABLE_STORAGE_URL", "PORTABLE_QUEUE_URL", "PORTABLE_JOBS_URL", "PORTABLE_STORAGE_ENGINE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -118,3 +118,24 @@ def test_secrets_are_masked_in_repr_and_shown_config(clean_env):
     shown = json.dumps(prof.shown()) + repr(prof)
     assert "SIGSECRET" not in shown and "PASSWORD1" not in shown
     assert "***" in shown
+
+
+def test_the_profile_picks_the_storage_engine(clean_env, monkeypatch):
+    from portable.urls import with_default_engine
+
+    write(clean_env / "portable.toml", '[profiles.default]\nstorage = "mem://x"\nstorage_engine = "fsspec"\n')
+    assert load_profile().storage_engine == "fsspec"
+    monkeypatch.setenv("PORTABLE_STORAGE_ENGINE", "obstore")
+    assert load_profile().storage_engine == "obstore"
+    assert with_default_engine("s3://b/p?region=x", "fsspec") == "s3://b/p?region=x&engine=fsspec"
+    assert with_default_engine("s3://b?engine=obstore", "fsspec") == "s3://b?engine=obstore"
+    assert with_default_engine("file:///tmp/x", "fsspec") == "file:///tmp/x"
+    monkeypatch.setenv("PORTABLE_STORAGE_ENGINE", "turbo")
+    with pytest.raises(ConfigError, match="fsspec, obstore"):
+        load_profile()
+
+
+def test_a_bad_storage_engine_in_the_file(clean_env):
+    write(clean_env / "portable.toml", '[profiles.default]\nstorage_engine = "rocket"\n')
+    with pytest.raises(ConfigError, match=r"storage_engine must be one of fsspec, obstore"):
+        load_profile()
