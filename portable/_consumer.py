@@ -7,9 +7,9 @@ and one lease keeper extends message leases and idempotency claims. The loop
 settles each message exactly once (ack, nack with backoff, or dead letter) and
 never acks a message whose handler did not finish.
 
-``portable.messaging`` imports this module while it is itself being imported,
-so the message states and the receive limit are read from it at call time
-(``_messaging._ACKED``), never bound at import.
+``portable.messaging`` imports this module at its top, so this module imports
+nothing from it at import time: the message states and the receive limit are
+imported inside the methods that use them, and the types only for checking.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import messaging as _messaging
 from ._redact import redact
 from .errors import IdempotencyConflict, PortableError, PreconditionFailed
 from .idempotency import IdempotencyStore, fingerprint
@@ -164,6 +163,8 @@ class _Consumer:
         return self.stats
 
     def _receive_loop(self) -> None:
+        from .messaging import _MAX_RECEIVE  # not at the top: messaging imports this module
+
         sub = self.sub
         stop = self.stop
         while not stop.is_set():
@@ -174,7 +175,7 @@ class _Consumer:
             if stop.is_set():
                 return
             try:
-                messages = sub.receive(min(room, _messaging._MAX_RECEIVE), self.poll, lease=self.lease)
+                messages = sub.receive(min(room, _MAX_RECEIVE), self.poll, lease=self.lease)
             except PortableError as exc:
                 log.warning("receive from %s failed: %s", redact(sub.url), exc)
                 stop.wait(min(max(self.poll, 0.5), 5.0))
@@ -302,6 +303,8 @@ class _Consumer:
                     self.claims.pop(id(message), None)
 
     def _process_once(self, message: Message) -> None:
+        from .messaging import _ACKED  # not at the top: messaging imports this module
+
         if self.stop.is_set() and self.abandon.is_set():
             self._release(message)
             return
@@ -359,7 +362,7 @@ class _Consumer:
                 log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
         if not message.settled:
             self._settle_ack(message)
-        elif message._state == _messaging._ACKED:
+        elif message._state == _ACKED:
             self._count("acked")
 
     def _delay(self, attempt: int) -> float:
@@ -391,8 +394,10 @@ class _Consumer:
         self._count("nacked")
 
     def _to_dead_letter(self, message: Message, reason: str) -> None:
+        from .messaging import _DEAD  # not at the top: messaging imports this module
+
         try:
-            if message._settle(_messaging._DEAD):
+            if message._settle(_DEAD):
                 self.sub._dead_letter(message, reason, self.target)
         except PreconditionFailed:
             self._count("lost")
