@@ -33,10 +33,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _common import interleave, summarise, write  # noqa: E402
+from _common import interleave, summarise, write
 
-from portable.compute import JobSpec, open_launcher  # noqa: E402
-from portable.embedded.localjobs import LocalLauncher  # noqa: E402
+from portable.compute import JobSpec, open_launcher
+from portable.embedded.localjobs import LocalLauncher
 
 TRUE = shutil.which("true") or "/bin/true"
 
