@@ -25,9 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._idempotency_core import IdempotencyStore, fingerprint
 from ._redact import redact
 from .errors import IdempotencyConflict, PortableError, PreconditionFailed
-from .idempotency import IdempotencyStore, fingerprint
 
 if TYPE_CHECKING:
     from .messaging import Message, Subscription, Topic

@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import urls
 from ._consumer import RunStats, _Consumer, _signals_stop
+from ._idempotency_core import Claim, IdempotencyStore
 from ._redact import redact
 from .config import Profile, check_requirements, load_profile
 from .driver.messaging import (
@@ -92,7 +93,6 @@ from .errors import (
     TooLarge,
     Unsupported,
 )
-from .idempotency import Claim, IdempotencyStore
 from .resilience import Guard, ResiliencePolicy
 
 if TYPE_CHECKING:
