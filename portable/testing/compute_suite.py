@@ -406,10 +406,9 @@ class ComputeContract:
         status = job.status()
         assert status.state is JobState.SUCCEEDED and status.preemptions == 0
 
-    def test_preempt_without_the_capability_is_unsupported(self, launcher: Launcher) -> None:
-        if launcher.capabilities.preempt:
-            pytest.skip("the provider has the preempt capability")
-        with pytest.raises(Unsupported):
+    def test_preempt_follows_the_capability(self, launcher: Launcher) -> None:
+        """An unknown job: NotFound where preempt is supported, Unsupported where it is not."""
+        with pytest.raises(NotFound if launcher.capabilities.preempt else Unsupported):
             launcher.preempt("job-000000000000000000000000")
 
     # -- bad input --------------------------------------------------------------------
