@@ -123,7 +123,7 @@ from portable.errors import (
     PreconditionFailed,
     TooLarge,
 )
-from portable.resilience import remaining
+from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
 from ._common import (
@@ -351,7 +351,7 @@ class BlobStorage(AzureClassifier, StorageDriver):
 
     def _kw(self) -> dict[str, Any]:
         """Per-request client timeouts, shortened to the deadline in force."""
-        left = remaining()
+        left = attempt_timeout()
         if left is None:
             return {}
         left = max(0.001, left)

@@ -111,7 +111,7 @@ from portable.driver.messaging import (
     TopicDriver,
 )
 from portable.errors import InvalidArgument, InvalidURL, TooLarge
-from portable.resilience import remaining
+from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
 from ._common import (
@@ -322,7 +322,7 @@ class StorageQueueMessaging(AzureClassifier, MessagingDriver, TopicDriver, Subsc
 
     # -- plumbing ----------------------------------------------------------
     def _kw(self) -> dict[str, Any]:
-        left = remaining()
+        left = attempt_timeout()
         if left is None:
             return {}
         left = max(0.001, left)
@@ -398,7 +398,7 @@ class StorageQueueMessaging(AzureClassifier, MessagingDriver, TopicDriver, Subsc
     def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
         visibility = max(1, math.ceil(lease))
         until = time.monotonic() + wait
-        left = remaining()
+        left = attempt_timeout()
         if left is not None:
             until = min(until, time.monotonic() + left)
         pause = 0.05

@@ -72,7 +72,7 @@ from portable._idempotency_core import (
 )
 from portable.driver import Classifier
 from portable.errors import ErrorCode, Internal, InvalidURL, PortableError
-from portable.resilience import Guard, ResiliencePolicy, remaining
+from portable.resilience import Guard, ResiliencePolicy, attempt_timeout
 from portable.urls import ParsedURL
 
 from . import _google
@@ -200,7 +200,7 @@ class FirestoreIdempotencyStore:
 
     # -- records ----------------------------------------------------------
     def _rpc_timeout(self) -> float:
-        left = remaining()
+        left = attempt_timeout()
         return self.timeout if left is None else max(0.001, min(self.timeout, left))
 
     def _doc(self, key: str) -> Any:

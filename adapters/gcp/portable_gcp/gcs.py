@@ -128,7 +128,7 @@ from portable.errors import (
     PortableError,
     PreconditionFailed,
 )
-from portable.resilience import remaining
+from portable.resilience import attempt_timeout
 from portable.storage import check_key
 from portable.urls import ParsedURL
 
@@ -339,7 +339,7 @@ class GCSStorage(StorageDriver):
     # -- plumbing ------------------------------------------------------------
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run a coroutine on gcsfs's IO loop, bounded by the portable deadline if one is set."""
-        left = remaining()
+        left = attempt_timeout()
         if left is None:
             return fsspec.asyn.sync(self._loop, fn, *args)  # type: ignore[no-any-return]
         return fsspec.asyn.sync(self._loop, asyncio.wait_for, fn(*args), left)  # type: ignore[no-any-return]

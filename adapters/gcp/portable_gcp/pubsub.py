@@ -128,7 +128,7 @@ from portable.errors import (
     Unavailable,
     Unsupported,
 )
-from portable.resilience import remaining
+from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
 from . import _google
@@ -277,7 +277,7 @@ class PubSubMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
 
     # -- plumbing ------------------------------------------------------------
     def _rpc_timeout(self) -> float:
-        left = remaining()
+        left = attempt_timeout()
         return self.timeout if left is None else max(0.001, min(self.timeout, left))
 
     def _options(self) -> dict[str, str]:
