@@ -34,7 +34,7 @@ def _urls(root: Path) -> dict[str, str]:
         "bucket": f"file://{root / 'objects'}",
         "queue": f"sqlite://{root / 'queue.db'}?name=orders",
         "dead_letter": f"sqlite://{root / 'queue.db'}?name=orders-dlq",
-        "jobs": f"local://{root / 'jobs'}?workers=2",
+        "jobs": f"local://{root / 'jobs'}?workers=2&idle=2",
         "idempotency": f"sqlite://{root / 'idempotency.db'}",
     }
 
