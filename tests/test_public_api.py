@@ -109,3 +109,15 @@ def test_py_typed_is_shipped():
     from importlib.resources import files
 
     assert files("portable").joinpath("py.typed").is_file()
+
+
+def _all_modules():
+    import pkgutil
+
+    return sorted(m.name for m in pkgutil.walk_packages(portable.__path__, "portable.") if m.name != "portable.__main__")
+
+
+@pytest.mark.parametrize("module", _all_modules())
+def test_every_module_imports_first_in_a_fresh_process(module):
+    """No import cycle hides behind import order (portable._consumer once did)."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True, timeout=60)

@@ -122,7 +122,10 @@ class MemoryMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         self.endpoint = f"mem://{name}"
         if dead_letter or dedup_window != 300.0:
             self.capabilities = dataclasses.replace(
-                type(self).capabilities, native_dead_letter=not dead_letter, dedup_window_seconds=dedup_window
+                type(self).capabilities,
+                native_dead_letter=not dead_letter,
+                publish_dedup=dedup_window > 0,
+                dedup_window_seconds=dedup_window or None,
             )
 
     @classmethod
