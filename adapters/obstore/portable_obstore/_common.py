@@ -50,6 +50,10 @@ T = TypeVar("T")
 #: obstore's retry configuration that turns its own retries off.
 NO_RETRIES: dict[str, Any] = {"max_retries": 0}
 
+#: The longest any one request may take, body included (portable's deadlines bound calls).
+_WHOLE_REQUEST = dt.timedelta(hours=6)
+#: Bodies up to this size are read whole (``bytes()``); larger ones as one stream chunk.
+_INLINE_BODY = 64 * 1024
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})")
 _HTTP_CODES: dict[int, ErrorCode] = {
     400: ErrorCode.INVALID_ARGUMENT,
@@ -83,8 +87,11 @@ _TRANSPORT_WORDS = (
 def client_options(timeout: float, endpoint: str | None) -> dict[str, Any]:
     """obstore client options: per-request timeouts, and plain HTTP for an ``http://`` endpoint."""
     options: dict[str, Any] = {
-        "timeout": dt.timedelta(seconds=timeout),
+        # object_store's ``timeout`` bounds a whole request, body included (30 s by default),
+        # which would fail any transfer that takes longer: ours bounds each read instead.
+        "read_timeout": dt.timedelta(seconds=timeout),
         "connect_timeout": dt.timedelta(seconds=min(timeout, 10.0)),
+        "timeout": _WHOLE_REQUEST,
     }
     if endpoint and endpoint.startswith("http://"):
         options["allow_http"] = True
@@ -99,6 +106,37 @@ def http_status(exc: BaseException) -> int | None:
 
 class StreamFailed(Exception):
     """A streamed write failed part-way; the stream is unusable and is aborted (not retryable)."""
+
+
+# ---------------------------------------------------------------- reading bodies
+def read_body(result: Any) -> bytes:
+    """The whole body of an obstore GetResult as ``bytes``, with as few copies as obstore allows.
+
+    ``GetResult.bytes()`` returns ``obstore.Bytes``, which ``bytes()`` would
+    copy a second time; a stream whose minimum chunk is the whole size yields
+    one Python ``bytes`` built straight from the response.
+    """
+    start, stop = result.range
+    size = stop - start
+    if size <= _INLINE_BODY:
+        return bytes(result.bytes())
+    parts = list(result.stream(min_chunk_size=size))
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+async def read_body_async(result: Any) -> bytes:
+    """:func:`read_body` for the async API.
+
+    Measured on s3s-fs: a small body costs least through ``bytes_async()``
+    (reading it synchronously on the loop thread stalls the other requests in
+    flight), a large one through the one-chunk stream (one copy fewer).
+    """
+    start, stop = result.range
+    size = stop - start
+    if size <= _INLINE_BODY:
+        return bytes(await result.bytes_async())
+    parts = [chunk async for chunk in result.stream(min_chunk_size=size)]
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 # ---------------------------------------------------------------- the private event loop
@@ -367,18 +405,17 @@ class ObstoreStorage(StorageDriver):
     def get(self, key: str) -> bytes:
         if attempt_timeout() is not None:
             return self._call(self._aget, key)
-        return bytes(obstore.get(self.store, self._root + key).bytes())
+        return read_body(obstore.get(self.store, self._root + key))
 
     async def _aget(self, key: str) -> bytes:
-        result = await obstore.get_async(self.store, self._root + key)
-        return bytes(await result.bytes_async())
+        return await read_body_async(await obstore.get_async(self.store, self._root + key))
 
     def get_range(self, key: str, start: int, end: int | None) -> bytes:
         options: dict[str, Any] = {"range": {"offset": start} if end is None else (start, end)}
         try:
             if attempt_timeout() is not None:
                 return self._call(self._aget_options, key, options)
-            return bytes(obstore.get(self.store, self._root + key, options=options).bytes())  # type: ignore[arg-type]
+            return read_body(obstore.get(self.store, self._root + key, options=options))  # type: ignore[arg-type]
         except oe.BaseError as exc:
             if http_status(exc) == 416 or "StartTooLarge" in str(exc):
                 return b""  # start at or past the size: the object exists, the slice is empty
@@ -386,7 +423,7 @@ class ObstoreStorage(StorageDriver):
 
     async def _aget_options(self, key: str, options: dict[str, Any]) -> bytes:
         result = await obstore.get_async(self.store, self._root + key, options=options)  # type: ignore[arg-type]
-        return bytes(await result.bytes_async())
+        return await read_body_async(result)
 
     def head(self, key: str) -> ObjectInfo:
         if attempt_timeout() is not None:
@@ -540,8 +577,7 @@ class ObstoreStorage(StorageDriver):
         store, root = self.store, self._root
 
         async def one(key: str) -> bytes:
-            result = await obstore.get_async(store, root + key)
-            return bytes(await result.bytes_async())
+            return await read_body_async(await obstore.get_async(store, root + key))
 
         yield from zip(keys, self._batch(one, keys), strict=True)
 

@@ -20,6 +20,11 @@ Options (the same as the fsspec engine's):
     ``timeout`` (float): per-request timeout in seconds. Defaults to 30.
     ``concurrency`` (int): objects in flight in ``get_many`` / ``put_many`` /
         ``delete_many``. Defaults to 16.
+    ``sign_payload`` (bool): put the body's SHA-256 into the SigV4 signature.
+        Defaults to true over ``http://`` and false over ``https://``, where TLS
+        protects the body (``UNSIGNED-PAYLOAD``, as botocore does over HTTPS
+        and OpenDAL always does); hashing costs about 2.5 ms per MiB on both
+        ends. An engine-specific option: the fsspec engine does not take it.
 
 Credentials:
     Never in the URL. ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
@@ -56,6 +61,7 @@ Known differences from the fsspec engine:
     * ``copy`` returns None (CopyObject's etag is not reported by obstore);
       ``head`` gives it.
     * ``put(..., if_match=...)`` on a missing key raises PreconditionFailed.
+    * ``delete_many`` sends one DeleteObjects request per chunk of 256 keys.
     * A delimited ``list`` reads the whole level (obstore's
       ``list_with_delimiter``) for each page; flat listings page natively
       with ``start-after``.
@@ -67,13 +73,15 @@ import datetime as dt
 import ipaddress
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from portable.errors import InvalidURL, MissingDependency
+from portable.resilience import remaining
 from portable.urls import ParsedURL
 
-from ._common import NO_RETRIES, ObstoreStorage, client_options
+from ._common import NO_RETRIES, ObstoreStorage, client_options, run_on_loop
 
 __all__ = ["ObstoreS3Storage", "check_bucket_name"]
 
@@ -127,6 +135,7 @@ class ObstoreS3Storage(ObstoreStorage):
         addressing_style: Literal["auto", "path", "virtual"] | None = None,
         timeout: float = 30.0,
         concurrency: int = 16,
+        sign_payload: bool | None = None,
     ) -> None:
         from obstore.store import S3Store
 
@@ -150,6 +159,9 @@ class ObstoreS3Storage(ObstoreStorage):
                 config["endpoint"] = endpoint
         if region:
             config["region"] = region
+        if sign_payload is None:
+            sign_payload = self.endpoint.startswith("http://")
+        config["unsigned_payload"] = not sign_payload
         provider = None
         if _boto3_wanted(profile):
             try:
@@ -207,6 +219,7 @@ class ObstoreS3Storage(ObstoreStorage):
         concurrency = url.take("concurrency", int, 16)
         if not 1 <= concurrency <= 512:
             raise InvalidURL(f"concurrency in {url} must be from 1 to 512, got {concurrency}")
+        sign_payload = url.take("sign_payload", bool, None)
         url.done()
         prefix = url.path.strip("/")
         if prefix and (".." in prefix.split("/") or "//" in prefix):
@@ -220,6 +233,7 @@ class ObstoreS3Storage(ObstoreStorage):
             addressing_style=style,  # type: ignore[arg-type]
             timeout=timeout,
             concurrency=concurrency,
+            sign_payload=sign_payload,
         )
 
     def __repr__(self) -> str:
@@ -231,3 +245,20 @@ class ObstoreS3Storage(ObstoreStorage):
         import obstore
 
         return obstore.sign(self.store, method, self._root + key, expires)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        """One DeleteObjects request per chunk (S3 counts a missing key as deleted); key by key if it fails."""
+        import obstore
+
+        paths = [self._root + k for k in keys]
+
+        async def bulk() -> None:
+            await obstore.delete_async(self.store, paths)
+
+        try:
+            run_on_loop(bulk(), remaining())
+        except Exception:
+            yield from super().delete_many(keys)  # find out which keys failed, and why
+            return
+        for key in keys:
+            yield key, None

@@ -169,3 +169,34 @@ def test_an_unreachable_endpoint_is_unavailable_and_retried(aws: dict[str, str],
         b.get("x")
     assert info.value.retryable
     assert info.value.__cause__ is not None
+
+
+def test_a_deadline_bounds_a_request_to_a_silent_server(aws: dict[str, str], s3_bucket: str) -> None:
+    """A server that accepts and never answers: the call ends at the deadline, as DeadlineExceeded."""
+    import socket
+    import time
+
+    from portable.errors import DeadlineExceeded
+    from portable.resilience import deadline
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        url = f"s3://{s3_bucket}?region=us-east-1&endpoint_url=http://127.0.0.1:{silent.getsockname()[1]}"
+        b = open_bucket(url, profile=contract_profile(url))
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded), deadline(0.5):
+            b.get("x")
+        assert time.monotonic() - started < 3
+    finally:
+        silent.close()
+
+
+def test_large_objects_round_trip_through_every_read_path(bucket: Bucket) -> None:
+    data = bytes(range(256)) * (300 * 1024 // 256)  # over the 64 KiB inline limit
+    bucket.put("big", data)
+    assert bucket.get("big") == data
+    assert bucket.get_many(["big"]) == {"big": data}
+    assert bucket.get_range("big", 1000, 200_000) == data[1000:200_000]
+    assert bucket.get_range("big", 100) == data[100:]

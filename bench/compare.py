@@ -1,0 +1,360 @@
+"""portable against every peer, for object storage, in one run: the one benchmark command.
+
+    .venv/bin/python bench/compare.py            # full run (about 15 minutes on a busy 2-core machine), updates docs/performance.md
+    .venv/bin/python bench/compare.py --quick    # smoke test, under a minute; writes nothing under docs/
+
+Needs ``pip install -r bench/requirements-compare.txt`` and the emulators
+(``bash scripts/install-emulators.sh``). The S3 server is s3s-fs (Rust,
+crates.io), built once with cargo into ``.cache/s3s-fs`` (``--build-server``
+builds it: about 5 minutes of CPU; nothing else is downloaded at run time).
+
+What it measures, each in interleaved rounds (every contestant once per round,
+round-robin, so a noisy neighbour slows all of them alike), medians with
+min-max and ratios:
+
+* stores: s3s-fs on 127.0.0.1 (a fast, real S3 server: the clients, not the
+  server, are the bottleneck), Azurite and fake-gcs-server (started through
+  tests/emulators);
+* workloads: 2,000 x 1 KiB and 20 x 8 MiB objects, put then get, 16 in flight
+  for every contestant (fewer objects on the emulators, which are slower);
+* contestants: portable ``Bucket.put_many`` / ``get_many`` on each engine
+  (``?engine=obstore``, ``?engine=fsspec``), obstore's async API, OpenDAL's
+  async operator, the tuned fsspec file system (s3fs with retries off, no HEAD
+  before GET, batch_size 16; gcsfs; adlfs), the SDK with 16 threads (boto3,
+  azure-storage-blob), and raw HTTP (http.client with SigV4 by hand, S3 only).
+
+Targets (checked and printed at the end): small objects, portable[obstore] >=
+1.0x obstore on put and get, and portable[fsspec] >= 0.95x tuned s3fs; 8 MiB
+objects, portable[obstore] >= 0.9x the best peer on put and get.
+
+Writes bench/results/compare.json and compare.md (compare-quick.* with
+``--quick``); a full run also writes docs/performance.png and the figures
+section of docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import _compare_clients as cc  # noqa: E402
+from bench._common import interleave, table, write  # noqa: E402
+
+S3S_VERSION = "0.14.1"  # the newest s3s-fs that builds with rustc 1.95 (0.17 needs 1.96)
+S3S_ROOT = ROOT / ".cache" / "s3s-fs"
+S3S_BIN = S3S_ROOT / "root" / "bin" / "s3s-fs"
+DOC = ROOT / "docs" / "performance.md"
+PLOT = ROOT / "docs" / "performance.png"
+KIB, MIB = 1024, 1024 * 1024
+TARGETS = {"small_vs_obstore": 1.0, "fsspec_vs_s3fs": 0.95, "large_vs_best_peer": 0.9}
+PORTABLE = ("portable[obstore]", "portable[fsspec]")
+
+
+# ------------------------------------------------------------------ servers
+def build_s3s() -> None:
+    cmd = [
+        "cargo", "install", f"s3s-fs@{S3S_VERSION}", "--locked", "--features", "binary",
+        "--root", str(S3S_ROOT / "root"), "--target-dir", str(S3S_ROOT / "target"),
+    ]
+    print("building s3s-fs:", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def start_s3s() -> tuple[cc.Target, Callable[[], None]]:
+    """s3s-fs on a free loopback port, storing in a fresh folder (tmpfs when there is one)."""
+    from tests.emulators.harness import free_port, is_listening
+
+    if not S3S_BIN.exists():
+        raise SystemExit(f"s3s-fs is not built: run bench/compare.py --build-server (or: cargo install s3s-fs@{S3S_VERSION} --features binary --root {S3S_ROOT / 'root'})")
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    data = Path(tempfile.mkdtemp(prefix="portable-s3s-", dir=base))
+    bucket = "bench"
+    (data / bucket).mkdir()
+    port = free_port()
+    key, secret = "benchaccesskey", "benchsecretkey"
+    log = open(S3S_ROOT / "s3s-fs.log", "wb")  # noqa: SIM115 (closed by stop())
+    proc = subprocess.Popen(
+        [str(S3S_BIN), "--host", "127.0.0.1", "--port", str(port), "--access-key", key, "--secret-key", secret, str(data)],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    deadline = time.monotonic() + 20
+    while not is_listening(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"s3s-fs did not start; see {S3S_ROOT / 's3s-fs.log'}")
+        time.sleep(0.05)
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        shutil.rmtree(data, ignore_errors=True)
+
+    return cc.Target("s3", f"http://127.0.0.1:{port}", bucket, access_key=key, secret_key=secret), stop
+
+
+def start_emulator(name: str) -> tuple[Any, Callable[[], None]]:
+    from tests.emulators import create
+
+    emulator = create(name)
+    ok, reason = emulator.available()
+    if not ok:
+        raise SystemExit(f"{name} is not installed: {reason} (bash scripts/install-emulators.sh)")
+    return emulator.start(), emulator.stop
+
+
+def azure_target(info: Any) -> cc.Target:
+    from azure.storage.blob import BlobServiceClient
+
+    bucket = f"bench-{uuid.uuid4().hex[:8]}"
+    BlobServiceClient.from_connection_string(info.endpoints["connection_string"]).create_container(bucket)
+    os.environ["PORTABLE_BENCH_AZ_CONNECTION"] = info.endpoints["connection_string"]
+    return cc.Target("azure", info.endpoints["blob_endpoint"], bucket, account=info.endpoints["account_name"],
+                     account_key=info.endpoints["account_key"])
+
+
+def gcs_target(info: Any) -> cc.Target:
+    import json
+
+    endpoint = info.endpoints["endpoint_url"].rstrip("/")
+    bucket = f"bench-{uuid.uuid4().hex[:8]}"
+    req = urllib.request.Request(f"{endpoint}/storage/v1/b?project=bench", data=json.dumps({"name": bucket}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    urllib.request.urlopen(req, timeout=30).close()
+    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+    return cc.Target("gcs", endpoint, bucket)
+
+
+# ------------------------------------------------------------------ contestants
+def clients(t: cc.Target) -> list[cc.Client]:
+    """Every contestant for store ``t``, each writing under its own prefix."""
+    run = uuid.uuid4().hex[:6]
+    out: list[cc.Client] = []
+    if t.kind == "s3":
+        os.environ.update(AWS_ACCESS_KEY_ID=t.access_key, AWS_SECRET_ACCESS_KEY=t.secret_key, AWS_REGION=t.region)
+        q = f"endpoint_url={t.endpoint}&region={t.region}&concurrency={cc.IN_FLIGHT}"
+        out += [
+            cc.portable_client("portable[obstore]", f"s3://{t.bucket}/{run}-po?engine=obstore&sign_payload=false&{q}"),
+            cc.portable_client("portable[fsspec]", f"s3://{t.bucket}/{run}-pf?engine=fsspec&{q}"),
+            cc.obstore_client(t, f"{run}-ob/"),
+            cc.opendal_client(t, f"{run}-od/"),
+            cc.s3fs_client(t, f"{run}-fs/"),
+            cc.boto3_client(t, f"{run}-b3/"),
+            cc.raw_http_client(t, f"{run}-raw/"),
+        ]
+    elif t.kind == "azure":
+        q = f"connection_string_env=PORTABLE_BENCH_AZ_CONNECTION&max_concurrency={cc.IN_FLIGHT}"
+        out += [
+            cc.portable_client("portable[obstore]", f"az://{t.bucket}/{run}-po?engine=obstore&{q}"),
+            cc.portable_client("portable[fsspec]", f"az://{t.bucket}/{run}-pf?engine=fsspec&{q}"),
+            cc.obstore_client(t, f"{run}-ob/"),
+            cc.opendal_client(t, f"{run}-od/"),
+            cc.adlfs_client(t, f"{run}-fs/"),
+            cc.azure_sdk_client(t, f"{run}-sdk/"),
+        ]
+    else:
+        q = f"endpoint_url={t.endpoint}&concurrency={cc.IN_FLIGHT}"
+        shared = f"{run}-pf"  # fake-gcs-server cannot take object_store's uploads: obstore reads these
+        reader = cc.portable_client("portable[obstore]", f"gs://{t.bucket}/{shared}?engine=obstore&{q}")
+        reader.can_put = False
+        out += [
+            reader,
+            cc.portable_client("portable[fsspec]", f"gs://{t.bucket}/{shared}?engine=fsspec&{q}"),
+            cc.obstore_client(t, f"{shared}/"),
+            cc.opendal_client(t, f"{run}-od/"),
+            cc.gcsfs_client(t, f"{run}-fs/"),
+        ]
+    return out
+
+
+# ------------------------------------------------------------------ measuring
+def measure(t: cc.Target, label: str, count: int, size: int, rounds: int, contestants: list[cc.Client]) -> dict[str, list[dict[str, Any]]]:
+    payload = os.urandom(size)
+    items = {f"{label}/{i:05d}": payload for i in range(count)}
+    keys = list(items)
+    sections: dict[str, list[dict[str, Any]]] = {}
+    for op in ("put", "get"):
+        runs: dict[str, Callable[[], int]] = {}
+        for c in contestants:
+            if op == "put" and not c.can_put:
+                continue
+            fn = c.put if op == "put" else c.get
+            arg: Any = items if op == "put" else keys
+            runs[c.name] = (lambda fn=fn, arg=arg: (fn(arg), count)[1])
+        if op == "get":
+            for c in contestants:
+                if c.can_put:
+                    c.put(items)  # every reader reads objects of its own
+        rates = interleave(runs, rounds)
+        title = f"{t.kind} {count} x {_size(size)} {op}"
+        sections[title] = rows(rates, size)
+        print(table(title, sections[title]), flush=True)
+    return sections
+
+
+def rows(rates: dict[str, list[float]], size: int) -> list[dict[str, Any]]:
+    medians = {name: statistics.median(v) for name, v in rates.items()}
+    peers = [m for name, m in medians.items() if name not in PORTABLE]
+    best = max(peers) if peers else None
+    base = medians.get("obstore")
+    out = []
+    for name, values in sorted(rates.items(), key=lambda kv: -medians[kv[0]]):
+        med = medians[name]
+        out.append({
+            "client": name,
+            "median_ops_per_s": round(med, 1),
+            "min": round(min(values), 1),
+            "max": round(max(values), 1),
+            "MiB_per_s": round(med * size / MIB, 1),
+            "vs_obstore": round(med / base, 3) if base else "",
+            "vs_best_peer": round(med / best, 3) if best else "",
+        })
+    return out
+
+
+def _size(size: int) -> str:
+    return f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
+
+
+def verdicts(sections: dict[str, list[dict[str, Any]]], small: int, large: int) -> list[dict[str, Any]]:
+    def median(title: str, client: str) -> float | None:
+        for row in sections.get(title, []):
+            if row["client"] == client:
+                return float(row["median_ops_per_s"])
+        return None
+
+    out = []
+    for op in ("put", "get"):
+        s, l_ = f"s3 {small} x 1 KiB {op}", f"s3 {large} x 8 MiB {op}"
+        po, ob = median(s, "portable[obstore]"), median(s, "obstore")
+        pf, fs = median(s, "portable[fsspec]"), median(s, "s3fs (tuned)")
+        big = median(l_, "portable[obstore]")
+        peers = [r["median_ops_per_s"] for r in sections.get(l_, []) if r["client"] not in PORTABLE]
+        checks = [
+            (f"1 KiB {op}: portable[obstore] / obstore", po, ob, TARGETS["small_vs_obstore"]),
+            (f"1 KiB {op}: portable[fsspec] / s3fs (tuned)", pf, fs, TARGETS["fsspec_vs_s3fs"]),
+            (f"8 MiB {op}: portable[obstore] / best peer", big, max(peers) if peers else None, TARGETS["large_vs_best_peer"]),
+        ]
+        for what, a, b, goal in checks:
+            if a and b:
+                ratio = a / b
+                out.append({"check": what, "ratio": round(ratio, 3), "target": goal, "met": ratio >= goal})
+    return out
+
+
+# ------------------------------------------------------------------ reporting
+def plot(sections: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, dict[str, dict[str, float]]] = {}
+    for title, rws in sections.items():
+        store, count, _x, n, unit, op = title.split()
+        key = f"{store}  {count} x {n} {unit}"
+        for r in rws:
+            value = r["median_ops_per_s"] if unit == "KiB" else r["MiB_per_s"]
+            groups.setdefault(key, {}).setdefault(r["client"], {})[op] = value
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, 2.6 * len(groups)), squeeze=False)
+    for ax, (key, per_client) in zip(axes[:, 0], groups.items(), strict=True):
+        names = list(per_client)
+        y = range(len(names))
+        puts = [per_client[n].get("put", 0) for n in names]
+        gets = [per_client[n].get("get", 0) for n in names]
+        ax.barh([i - 0.2 for i in y], puts, height=0.4, label="put", color="#4C72B0")
+        ax.barh([i + 0.2 for i in y], gets, height=0.4, label="get", color="#DD8452")
+        ax.set_yticks(list(y), names, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(key, fontsize=10, loc="left")
+        ax.set_xlabel("objects/s (median)" if "KiB" in key else "MiB/s (median)", fontsize=8)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle("portable vs peers: 16 objects in flight, loopback, 2 cores", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def update_doc(sections: dict[str, list[dict[str, Any]]], checks: list[dict[str, Any]], meta: str) -> None:
+    begin, end = "<!-- compare:begin -->", "<!-- compare:end -->"
+    text = DOC.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{DOC} lacks the {begin} / {end} markers")
+    body = [meta, "", "| check | ratio | target | met |", "|---|---|---|---|"]
+    body += [f"| {c['check']} | {c['ratio']} | {c['target']} | {'yes' if c['met'] else 'NO'} |" for c in checks]
+    body.append("")
+    body += [table(title, rws) for title, rws in sections.items()]
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    DOC.write_text(f"{head}{begin}\n{chr(10).join(body)}\n{end}{tail}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke test: few objects, 2 rounds, under a minute")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds on s3s-fs (default 7; 2 with --quick)")
+    parser.add_argument("--stores", default="s3,azure,gcs", help="comma-separated subset of s3,azure,gcs")
+    parser.add_argument("--build-server", action="store_true", help="build s3s-fs with cargo first if missing")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: stop the servers
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    if args.build_server and not S3S_BIN.exists():
+        build_s3s()
+    if args.quick:
+        plan = {"s3": (300, 4, args.rounds or 2), "azure": (100, 2, 1), "gcs": (100, 2, 1)}
+    else:
+        plan = {"s3": (2000, 20, args.rounds or 7), "azure": (200, 5, 3), "gcs": (300, 5, 3)}
+    started = time.monotonic()
+    sections: dict[str, list[dict[str, Any]]] = {}
+    for store in stores:
+        small, large, rounds = plan[store]
+        if store == "s3":
+            target, stop = start_s3s()
+        else:
+            info, stop = start_emulator("azurite" if store == "azure" else "fake-gcs")
+            target = azure_target(info) if store == "azure" else gcs_target(info)
+        contestants = clients(target)
+        try:
+            sections |= measure(target, "small", small, KIB, rounds, contestants)
+            sections |= measure(target, "large", large, 8 * MIB, rounds, contestants)
+        finally:
+            for c in contestants:
+                c.close()
+            stop()
+    small_s3, large_s3 = plan["s3"][0], plan["s3"][1]
+    checks = verdicts(sections, small_s3, large_s3)
+    print("### targets\n")
+    for c in checks:
+        print(f"  {c['check']}: {c['ratio']:.3f}x (target {c['target']}x) {'met' if c['met'] else 'NOT MET'}")
+    name = "compare-quick" if args.quick else "compare"
+    sections["targets"] = checks
+    write(name, sections, {"plan": {k: {"small": v[0], "large": v[1], "rounds": v[2]} for k, v in plan.items() if k in stores}})
+    if not args.quick and stores == ["s3", "azure", "gcs"]:
+        results = {k: v for k, v in sections.items() if k != "targets"}
+        plot(results, PLOT)
+        meta = f"Measured {time.strftime('%Y-%m-%d')} on this 2-core machine, Python {sys.version.split()[0]}, in {time.monotonic() - started:.0f} s."
+        update_doc(results, checks, meta)
+    print(f"done in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
