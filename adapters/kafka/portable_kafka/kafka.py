@@ -158,7 +158,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from portable._redact import redact
@@ -214,6 +214,10 @@ _ACK_COMMIT_INTERVAL = 0.2
 #: answered in order), so waiting request_timeout would stall close for 30 s; the group
 #: drops a member that left without a word after session_timeout_ms anyway.
 _CLOSE_TIMEOUT_MS = 3000
+
+
+#: Shared by every delivery without headers (read-only, so one object serves all).
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
 
 
 class _LostLease(PreconditionFailed):
@@ -619,18 +623,70 @@ class KafkaTopic(TopicDriver):
 
 
 # ---------------------------------------------------------------- receiving
-@dataclass(slots=True)
-class _Entry:
-    """One fetched record and what this member knows about its delivery."""
+def _release_parked_records(consumer: Any) -> None:
+    """Work around kafka-python 3.0.12 stranding the records of a paused-then-resumed partition.
+
+    Its fetcher parks the fetched records of a partition paused before they were
+    returned, and gives them back after ``resume`` only while its "next
+    partition records" slot is None; but a drained slot keeps its empty object,
+    so the parked records (and with them every later fetch of that partition,
+    which waits for them) would never come. Emptying the drained slot lets the
+    fetcher pick them up on the next poll, as it intends.
+    """
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None or not getattr(fetcher, "_paused_partition_records", None):
+        return
+    current = getattr(fetcher, "_next_partition_records", None)
+    if current is not None and not current:
+        fetcher._next_partition_records = None
+
+
+class _Delivery(ReceivedMessage):
+    """One delivery of a fetched record: the ReceivedMessage the portable layer sees and this
+    member's bookkeeping of it, in one object.
+
+    A consumer handles many thousands of messages a second, and every object kept per
+    message in flight costs allocation and garbage-collector time, so there is one.
+    ``handle`` is an int token, new for every delivery: a later delivery of the same
+    record is a new object with a new token, and a stale handle finds nothing.
+    """
+
+    __slots__ = ("due", "lease_ends", "offset", "raw_key", "tp")
+    # the message fields are set once, here; the bookkeeping slots change, at C speed
+    __setattr__ = object.__setattr__
 
     tp: Any  # kafka.TopicPartition
     offset: int
-    record: Any  # kafka ConsumerRecord
-    delivery: ReceivedMessage
-    due: float = 0.0  # time.monotonic() when a held copy may be delivered
-    generation: int = 0  # deliveries of this record by this member, less one; part of the handle
-    leased: bool = False
-    lease_ends: float = 0.0  # time.monotonic()
+    raw_key: bytes | None
+    due: float  # held copies: epoch ms from the header, then time.monotonic() when due
+    lease_ends: float  # time.monotonic()
+
+    def __init__(
+        self,
+        id: str,
+        body: bytes,
+        attributes: Mapping[str, str],
+        key: str | None,
+        publish_time: dt.datetime,
+        delivery_attempt: int,
+        handle: int,
+        tp: Any = None,
+        offset: int = -1,
+        raw_key: bytes | None = None,
+        due: float = 0.0,
+    ) -> None:
+        # by hand, not the dataclass's frozen __init__: this runs once per message
+        self.id = id  # type: ignore[misc]
+        self.body = body  # type: ignore[misc]
+        self.attributes = attributes  # type: ignore[misc]
+        self.key = key  # type: ignore[misc]
+        self.publish_time = publish_time  # type: ignore[misc]
+        self.delivery_attempt = delivery_attempt  # type: ignore[misc]
+        self.handle = handle  # type: ignore[misc]
+        self.tp = tp
+        self.offset = offset
+        self.raw_key = raw_key
+        self.due = due
 
 
 class _Rebalance:
@@ -692,17 +748,19 @@ class KafkaSubscription(SubscriptionDriver):
         self._poll_lock = threading.RLock()
         self._state = threading.Lock()
         self._progress: dict[Any, PartitionProgress] = {}
-        self._entries: dict[tuple[Any, int], _Entry] = {}
-        self._ready: deque[_Entry] = deque()
-        self._held: list[tuple[float, int, _Entry]] = []  # (due, seq, entry): not yet due
-        self._leases: list[tuple[float, int, _Entry, int]] = []  # (ends, seq, entry, generation), lazy
-        self._waiting: dict[str, deque[_Entry]] = {}  # key -> later records of a key in flight
+        self._leased: dict[int, _Delivery] = {}  # handle -> delivery in flight
+        self._ready: deque[_Delivery] = deque()
+        self._held: list[tuple[float, int, _Delivery]] = []  # (due, seq, delivery): not yet due
+        self._leases: list[tuple[float, int, list[_Delivery]]] = []  # (ends, seq, batch), checked lazily
+        self._waiting: dict[str, deque[_Delivery]] = {}  # key -> later records of a key in flight
         self._busy_keys: set[str] = set()
-        self._buffered: dict[Any, int] = {}  # tp -> records fetched but not delivered
+        self._last_ms = -1  # publish times of a batch repeat: keep the last one's datetime
+        self._last_time = dt.datetime.fromtimestamp(0, dt.UTC)
         self._paused: set[Any] = set()
         self._rewind: dict[Any, int] = {}  # revoked tp -> offset to read again from if it comes back
         self._unpause: set[Any] = set()
         self._epochs = itertools.count(1)
+        self._tokens = itertools.count(1)
         self._seq = itertools.count()
         self._last_commit = 0.0
         self._producer: Any = None
@@ -746,17 +804,21 @@ class KafkaSubscription(SubscriptionDriver):
                     self._rewind[tp] = point
                 if tp in self._paused:
                     self._unpause.add(tp)
-                self._buffered.pop(tp, None)
                 self._paused.discard(tp)
-            for where in [k for k in self._entries if k[0] in gone]:
-                entry = self._entries.pop(where)
-                if entry.leased and entry.delivery.key is not None:
-                    self._busy_keys.discard(entry.delivery.key)
-            self._ready = deque(e for e in self._ready if e.tp not in gone)
+            for handle in [h for h, d in self._leased.items() if d.tp in gone]:
+                key = self._leased.pop(handle).key
+                if key is not None:
+                    self._busy_keys.discard(key)
+            self._ready = deque(d for d in self._ready if d.tp not in gone)
             self._held = [h for h in self._held if h[2].tp not in gone]
             heapq.heapify(self._held)
-            self._leases = [h for h in self._leases if h[2].tp not in gone]
-            heapq.heapify(self._leases)
+            leases = []
+            for ends, seq, batch in self._leases:
+                still = [d for d in batch if d.tp not in gone]
+                if still:
+                    leases.append((ends, seq, still))
+            heapq.heapify(leases)
+            self._leases = leases
             for key in list(self._waiting):
                 kept = deque(e for e in self._waiting[key] if e.tp not in gone)
                 if kept:
@@ -830,40 +892,63 @@ class KafkaSubscription(SubscriptionDriver):
                     for heap in (self._held, self._leases):
                         if heap:
                             timeout = min(timeout, max(0.0, heap[0][0] - now))
+                self._pace()  # here nothing deliverable is buffered: only held and key-blocked records
                 records = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=max(max_messages, 10))
                 polled = True
                 if records:
                     self._admit(records)
-                self._pace()
 
     def _admit(self, records: Mapping[Any, list[Any]]) -> None:
-        now = time.monotonic()
+        """Track fetched records: ready now, or held until a retry copy is due (caller holds _poll_lock)."""
         wall = _epoch_ms()
+        ready = self._ready
+        make = self._delivery
         with self._state:
             for tp, batch in records.items():
                 progress = self._progress.get(tp)
                 if progress is None:
                     continue  # revoked while the fetch was in flight
+                fetched = progress.fetched
                 for record in batch:
-                    if not progress.fetched(record.offset):
+                    if not fetched(record.offset):
                         continue
-                    entry = self._entry(tp, record, progress.epoch)
-                    self._entries[(tp, record.offset)] = entry
-                    self._buffered[tp] = self._buffered.get(tp, 0) + 1
-                    due_ms = entry.due
-                    if due_ms > wall:
-                        entry.due = now + (due_ms - wall) / 1000.0
-                        heapq.heappush(self._held, (entry.due, next(self._seq), entry))
+                    delivery = make(tp, record)
+                    if delivery.due > wall:
+                        delivery.due = time.monotonic() + (delivery.due - wall) / 1000.0
+                        heapq.heappush(self._held, (delivery.due, next(self._seq), delivery))
                     else:
-                        self._ready.append(entry)
+                        ready.append(delivery)
 
-    def _entry(self, tp: Any, record: Any, epoch: int) -> _Entry:
+    def _delivery(self, tp: Any, record: Any) -> _Delivery:
+        if record.headers:
+            return self._delivery_with_headers(tp, record)
+        offset = record.offset
+        published = record.timestamp
+        if published != self._last_ms:
+            self._last_ms = published
+            self._last_time = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
+        key = record.key
+        return _Delivery(
+            f"{tp.topic}/{tp.partition}/{offset}",
+            b"" if record.value is None else record.value,
+            _NO_ATTRIBUTES,
+            None if key is None else key.decode("utf-8", "replace"),
+            self._last_time,
+            1,
+            next(self._tokens),
+            tp,
+            offset,
+            key,
+            0.0,
+        )
+
+    def _delivery_with_headers(self, tp: Any, record: Any) -> _Delivery:
         attributes: dict[str, str] = {}
         attempt = 1
         due = 0
         original: str | None = None
         published = record.timestamp
-        for name, value in record.headers or ():
+        for name, value in record.headers:
             text = value.decode("utf-8", "replace") if value is not None else ""
             if name.startswith(_INTERNAL_PREFIX):
                 try:
@@ -879,119 +964,123 @@ class KafkaSubscription(SubscriptionDriver):
                     log.warning("ignoring a malformed %s header on %s/%s", name, tp, record.offset)
                 continue
             attributes[name] = text
-        key = None if record.key is None else record.key.decode("utf-8", "replace")
-        when = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
-        delivery = ReceivedMessage(
-            id=original or _record_id(tp.topic, tp.partition, record.offset),
-            body=record.value if record.value is not None else b"",
-            attributes=attributes,
-            key=key,
-            publish_time=when,
-            delivery_attempt=attempt,
-            handle=(epoch, tp, record.offset, 0),
+        key = record.key
+        return _Delivery(
+            original or _record_id(tp.topic, tp.partition, record.offset),
+            b"" if record.value is None else record.value,
+            attributes,
+            None if key is None else key.decode("utf-8", "replace"),
+            dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC),
+            attempt,
+            next(self._tokens),
+            tp,
+            record.offset,
+            key,
+            float(due),
         )
-        return _Entry(tp, record.offset, record, delivery, due=due)
+
+    def _again(self, old: _Delivery) -> _Delivery:
+        """The next delivery of the record ``old`` delivered: the next attempt, a new handle."""
+        return _Delivery(
+            old.id, old.body, old.attributes, old.key, old.publish_time, old.delivery_attempt + 1,
+            next(self._tokens), old.tp, old.offset, old.raw_key, 0.0,
+        )  # fmt: skip
 
     def _take(self, max_messages: int, lease: float) -> list[ReceivedMessage]:
-        """Deliver up to ``max_messages`` ready entries, one in flight per key (caller holds _poll_lock)."""
+        """Deliver up to ``max_messages`` ready records, one in flight per key (caller holds _poll_lock)."""
         now = time.monotonic()
         out: list[ReceivedMessage] = []
         with self._state:
-            self._expire(now)
+            if self._leases and self._leases[0][0] <= now:
+                self._expire(now)
             held = self._held
             while held and held[0][0] <= now:
                 self._ready.append(heapq.heappop(held)[2])
             ready = self._ready
+            if not ready:
+                return out
             busy = self._busy_keys
-            entries = self._entries
+            leased = self._leased
             ends = now + lease
-            while ready and len(out) < max_messages:
-                entry = ready.popleft()
-                if entries.get((entry.tp, entry.offset)) is not entry:
-                    continue  # dropped by a rebalance
-                key = entry.delivery.key
+            batch: list[_Delivery] = []
+            while ready and len(batch) < max_messages:
+                delivery = ready.popleft()
+                key = delivery.key
                 if key is not None:
                     if key in busy:
-                        self._waiting.setdefault(key, deque()).append(entry)
+                        self._waiting.setdefault(key, deque()).append(delivery)
                         continue
                     busy.add(key)
-                entry.leased = True
-                entry.lease_ends = ends
-                heapq.heappush(self._leases, (ends, next(self._seq), entry, entry.generation))
-                self._buffered[entry.tp] = self._buffered.get(entry.tp, 1) - 1
-                out.append(entry.delivery)
+                delivery.lease_ends = ends
+                leased[delivery.handle] = delivery
+                batch.append(delivery)
+            if batch:
+                heapq.heappush(self._leases, (ends, next(self._seq), batch))
+                out.extend(batch)
         return out
 
     def _expire(self, now: float) -> None:
         """Take back deliveries whose lease ended; they go first, ahead of their key (caller holds _state)."""
         leases = self._leases
-        expired: list[_Entry] = []
+        leased = self._leased
+        expired: list[_Delivery] = []
         while leases and leases[0][0] <= now:
-            _, _, entry, generation = heapq.heappop(leases)
-            if not entry.leased or entry.generation != generation:
-                continue  # settled, or delivered again since
-            if entry.lease_ends > now:  # extended: look again then
-                heapq.heappush(leases, (entry.lease_ends, next(self._seq), entry, generation))
-                continue
-            self._again(entry)
-            expired.append(entry)
+            for delivery in heapq.heappop(leases)[2]:
+                if leased.get(delivery.handle) is not delivery:
+                    continue  # settled, or its partition left
+                if delivery.lease_ends > now:  # extended: look again then
+                    heapq.heappush(leases, (delivery.lease_ends, next(self._seq), [delivery]))
+                    continue
+                del leased[delivery.handle]
+                if delivery.key is not None:
+                    self._busy_keys.discard(delivery.key)
+                expired.append(self._again(delivery))
         if expired:
             self._ready.extendleft(reversed(expired))
 
-    def _again(self, entry: _Entry) -> None:
-        """Make a leased entry deliverable again as its next attempt; its old handle goes stale."""
-        entry.leased = False
-        entry.generation += 1
-        old = entry.delivery
-        entry.delivery = dataclasses.replace(
-            old,
-            delivery_attempt=old.delivery_attempt + 1,
-            handle=(old.handle[0], entry.tp, entry.offset, entry.generation),
-        )
-        if old.key is not None:
-            self._busy_keys.discard(old.key)
-        self._buffered[entry.tp] = self._buffered.get(entry.tp, 0) + 1
-
     def _pace(self) -> None:
-        """Pause partitions whose fetched records pile up here; resume them when they drain."""
+        """Pause partitions whose held or key-blocked records pile up here; resume them when they drain."""
         with self._state:
-            pause = [tp for tp, n in self._buffered.items() if n >= _PAUSE_AT and tp not in self._paused]
-            resume = [tp for tp in self._paused if self._buffered.get(tp, 0) < _PAUSE_AT // 2]
+            if not self._paused and len(self._held) < _PAUSE_AT and self._waiting_count() < _PAUSE_AT:
+                return
+            counts: dict[Any, int] = {}
+            for _, _, entry in self._held:
+                counts[entry.tp] = counts.get(entry.tp, 0) + 1
+            for blocked in self._waiting.values():
+                for other in blocked:
+                    counts[other.tp] = counts.get(other.tp, 0) + 1
+            pause = [tp for tp, n in counts.items() if n >= _PAUSE_AT and tp not in self._paused]
+            resume = [tp for tp in self._paused if counts.get(tp, 0) < _PAUSE_AT // 2]
             self._paused.update(pause)
             self._paused.difference_update(resume)
         if pause:
             self.consumer.pause(*pause)
         if resume:
             self.consumer.resume(*resume)
+        if self._paused or resume:
+            _release_parked_records(self.consumer)
+
+    def _waiting_count(self) -> int:
+        return sum(len(w) for w in self._waiting.values()) if self._waiting else 0
 
     # -- settling --------------------------------------------------------------------
-    def _leased_entry(self, handle: Any) -> _Entry:
-        """The in-flight entry of ``handle`` (caller holds _state), or _LostLease."""
-        epoch, tp, offset, generation = handle
-        progress = self._progress.get(tp)
-        entry = self._entries.get((tp, offset))
-        if (
-            progress is None
-            or progress.epoch != epoch
-            or entry is None
-            or not entry.leased
-            or entry.generation != generation
-        ):
+    def _leased_delivery(self, handle: Any) -> _Delivery:
+        """The delivery in flight under ``handle`` (caller holds _state), or _LostLease."""
+        delivery = self._leased.get(handle)
+        if delivery is None:
             raise _LostLease(
-                f"message {_record_id(tp.topic, tp.partition, offset)} is no longer leased here: its "
-                "partition moved to another group member (it will be delivered again from the last "
-                "commit), or it was settled already",
+                "the message is no longer leased here: its lease ended and it was delivered again, "
+                "its partition moved to another group member (it will be delivered again from the "
+                "last commit), or it was settled already",
                 provider="kafka",
             )
-        return entry
+        return delivery
 
-    def _settle(self, entry: _Entry) -> None:
-        """Mark ``entry`` done and let the next message of its key go (caller holds _state)."""
-        progress = self._progress[entry.tp]
-        progress.settle(entry.offset)
-        del self._entries[(entry.tp, entry.offset)]
-        entry.leased = False
-        key = entry.delivery.key
+    def _settle(self, delivery: _Delivery) -> None:
+        """Mark ``delivery`` done and let the next message of its key go (caller holds _state)."""
+        del self._leased[delivery.handle]
+        self._progress[delivery.tp].settle(delivery.offset)
+        key = delivery.key
         if key is not None:
             self._busy_keys.discard(key)
             waiting = self._waiting.get(key)
@@ -1000,71 +1089,83 @@ class KafkaSubscription(SubscriptionDriver):
                 if not waiting:
                     del self._waiting[key]
 
+    def _settle_if_leased(self, handle: Any, delivery: _Delivery) -> None:
+        with self._state:
+            if self._leased.get(handle) is not delivery:
+                raise _LostLease(
+                    "the message's partition moved to another group member while it was being "
+                    "republished; it will also be delivered again from the last commit",
+                    provider="kafka",
+                )
+            self._settle(delivery)
+
     def ack(self, handle: Any) -> None:
         with self._state:
-            self._settle(self._leased_entry(handle))
+            self._settle(self._leased_delivery(handle))
         self._commit_soon()
 
     def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
         out: list[BaseException | None] = []
+        leased = self._leased
+        settle = self._settle
         with self._state:
             for handle in handles:
-                try:
-                    self._settle(self._leased_entry(handle))
+                delivery = leased.get(handle)
+                if delivery is None:
+                    out.append(_LostLease("the message is no longer leased here", provider="kafka"))
+                else:
+                    settle(delivery)
                     out.append(None)
-                except _LostLease as exc:
-                    out.append(exc)
         self._commit_soon()
         return out
 
     def nack(self, handle: Any, delay: float) -> None:
-        with self._state:
-            entry = self._leased_entry(handle)
         if self.retry_topic is None:
             with self._state:
-                entry = self._leased_entry(handle)
-                self._redeliver_locally(entry, delay)
+                self._redeliver_locally(self._leased_delivery(handle), delay)
             return
-        delivery = entry.delivery
+        with self._state:
+            delivery = self._leased_delivery(handle)
         extra = {
             _ATTEMPT: str(delivery.delivery_attempt + 1),
             _DUE: str(_epoch_ms() + int(delay * 1000)),
             _ORIGINAL_ID: delivery.id,
             _PUBLISHED: str(int(delivery.publish_time.timestamp() * 1000)),
         }
-        self._republish(self.retry_topic, entry, dict(delivery.attributes), extra)
-        with self._state:
-            self._settle(self._leased_entry(handle))
+        self._republish(self.retry_topic, delivery, dict(delivery.attributes), extra)
+        self._settle_if_leased(handle, delivery)
         self._commit_soon()
 
-    def _redeliver_locally(self, entry: _Entry, delay: float) -> None:
+    def _redeliver_locally(self, delivery: _Delivery, delay: float) -> None:
         """retry_topic=none: hold the record here, its offset uncommitted, and deliver it again later."""
-        self._again(entry)
-        entry.due = time.monotonic() + delay
-        heapq.heappush(self._held, (entry.due, next(self._seq), entry))
+        del self._leased[delivery.handle]
+        if delivery.key is not None:
+            self._busy_keys.discard(delivery.key)
+        again = self._again(delivery)
+        again.due = time.monotonic() + delay
+        heapq.heappush(self._held, (again.due, next(self._seq), again))
 
     def extend_lease(self, handle: Any, seconds: float) -> Any:
         with self._state:
-            self._leased_entry(handle).lease_ends = time.monotonic() + seconds
+            self._leased_delivery(handle).lease_ends = time.monotonic() + seconds
         return handle
 
     def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
         if self.dead_letter_topic is None:
             raise Unsupported("this Kafka subscription has no dead-letter topic (dead_letter_topic=none)")
         with self._state:
-            entry = self._leased_entry(message.handle)
-        attributes = dict(entry.delivery.attributes)
+            delivery = self._leased_delivery(message.handle)
+        attributes = dict(delivery.attributes)
         attributes.update(
             {
                 _DL_REASON: reason,
                 _DL_SOURCE: self.settings.url_for(self.topic, self.settings.group),
-                _DL_ATTEMPTS: str(entry.delivery.delivery_attempt),
-                _DL_ORIGINAL: entry.delivery.id,
+                _DL_ATTEMPTS: str(delivery.delivery_attempt),
+                _DL_ORIGINAL: delivery.id,
             }
         )
-        self._republish(self.dead_letter_topic, entry, attributes, None)
-        with self._state:
-            self._settle(self._leased_entry(message.handle))
+        self._republish(self.dead_letter_topic, delivery, attributes, None)
+        self._settle_if_leased(message.handle, delivery)
         self._commit_soon()
 
     def dead_letter_url(self) -> str | None:
@@ -1088,10 +1189,11 @@ class KafkaSubscription(SubscriptionDriver):
                     producer = self._producer
         return producer
 
-    def _republish(self, topic: str, entry: _Entry, attributes: dict[str, str], extra: dict[str, str] | None) -> None:
-        record = entry.record
+    def _republish(
+        self, topic: str, delivery: _Delivery, attributes: dict[str, str], extra: dict[str, str] | None
+    ) -> None:
         future = self.producer().send(
-            topic, value=entry.delivery.body, key=record.key, headers=_headers(attributes, extra)
+            topic, value=delivery.body, key=delivery.raw_key, headers=_headers(attributes, extra)
         )
         future.get(timeout=remaining(self._wait))
 
@@ -1100,7 +1202,7 @@ class KafkaSubscription(SubscriptionDriver):
         with self._poll_lock:
             with self._state:
                 partitions = list(self._progress)
-                in_flight = sum(1 for e in self._entries.values() if e.leased)
+                in_flight = len(self._leased)
                 delayed = len(self._held)
                 ready = len(self._ready) + sum(len(w) for w in self._waiting.values())
             lag = 0

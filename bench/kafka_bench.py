@@ -1,0 +1,225 @@
+"""kafka:// against kafka-python's own clients, side by side, on Apache Kafka.
+
+    .venv/bin/pip install -r bench/requirements-kafka.txt
+    .venv/bin/python bench/kafka_bench.py [--messages 100000] [--size 100] [--rounds 3] [--bootstrap HOST:PORT]
+
+Without ``--bootstrap`` it starts a single-node Apache Kafka 4 (KRaft) with the
+test harness (``tests/emulators``, jars from ``bash scripts/install-emulators.sh``)
+and stops it afterwards.
+
+1. Produce: N messages of SIZE bytes through ``Topic.publish_batch`` (portable
+   batches of ``capabilities.max_batch``) against a raw ``KafkaProducer.send`` loop
+   and one ``flush``. Both use the same producer settings (idempotent, acks=all,
+   linger_ms=5, batch_size=64 KiB). Target: portable >= 0.9x raw.
+2. Consume + ack: the N messages read by a fresh consumer group through
+   ``Subscription.receive(1000)`` + ``ack_many`` (a commit of the contiguous acked
+   offsets at the next receive) against a raw ``KafkaConsumer.poll(max_records=1000)``
+   loop that commits after each batch (``commit()``, synchronous, manual). Group
+   joins are inside both timings. Target: portable >= 0.9x raw.
+
+Each round gives every contestant a fresh topic of three partitions; contestants
+run round-robin in one process; medians, min-max and ratios are reported and
+written to bench/results/kafka_bench.{json,md}, both per second of wall clock
+and per second of this process's CPU time (all threads): on a shared machine the
+CPU figure is the steadier measure of what each client costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from _common import summarise, write  # noqa: E402
+from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
+from kafka.admin import KafkaAdminClient  # noqa: E402
+
+import portable.messaging as pm  # noqa: E402
+
+PRODUCER = {"enable_idempotence": True, "acks": "all", "linger_ms": 5, "batch_size": 65536}
+PARTITIONS = 3
+
+
+def fresh(prefix: str) -> str:
+    return f"bench-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(bootstrap: str, name: str) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics({name: {"num_partitions": PARTITIONS}}, wait_for_metadata=True)
+    finally:
+        admin.close()
+
+
+class Bench:
+    def __init__(self, bootstrap: str, messages: int, size: int) -> None:
+        self.bootstrap = bootstrap
+        self.n = messages
+        self.body = os.urandom(size)
+        self.filled: dict[str, list[str]] = {"raw": [], "portable": []}
+        self.wall = self.cpu = 0.0
+
+    def start(self) -> None:
+        self._t0, self._c0 = time.perf_counter(), time.process_time()
+
+    def stop(self) -> None:
+        self.wall = time.perf_counter() - self._t0
+        self.cpu = time.process_time() - self._c0
+
+    def url(self, topic: str, group: str | None = None) -> str:
+        query = f"?group={group}&session_timeout_ms=6000" if group else ""
+        return f"kafka://{self.bootstrap}/{topic}{query}"
+
+    # -- produce -------------------------------------------------------------
+    def produce_raw(self) -> int:
+        topic = fresh("raw")
+        create_topic(self.bootstrap, topic)
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, **PRODUCER)
+        try:
+            self.start()
+            send, body = producer.send, self.body
+            for _ in range(self.n):
+                send(topic, body)
+            producer.flush()
+            self.stop()
+        finally:
+            producer.close()
+        self.filled["raw"].append(topic)
+        return self.n
+
+    def produce_portable(self) -> int:
+        topic = fresh("portable")
+        create_topic(self.bootstrap, topic)
+        with pm.open_topic(self.url(topic)) as t:
+            batch = t.capabilities.max_batch
+            bodies = [self.body] * self.n
+            self.start()
+            for start in range(0, self.n, batch):
+                t.publish_batch(bodies[start : start + batch])
+            self.stop()
+        self.filled["portable"].append(topic)
+        return self.n
+
+    # -- consume -------------------------------------------------------------
+    def consume_raw(self) -> int:
+        topic = self.filled["raw"].pop(0)
+        consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=fresh("g"), enable_auto_commit=False,
+            auto_offset_reset="earliest", session_timeout_ms=6000, max_poll_records=1000,
+        )  # fmt: skip
+        try:
+            self.start()
+            consumer.subscribe([topic])
+            got = 0
+            while got < self.n:
+                batches = consumer.poll(timeout_ms=1000, max_records=1000)
+                for records in batches.values():
+                    got += len(records)
+                if batches:
+                    consumer.commit()
+            self.stop()
+        finally:
+            consumer.close(autocommit=False)
+        return got
+
+    def consume_portable(self) -> int:
+        topic = self.filled["portable"].pop(0)
+        sub = pm.open_subscription(self.url(topic, fresh("g")))
+        try:
+            self.start()
+            got = 0
+            while got < self.n:
+                messages = sub.receive(1000, wait=1.0)
+                sub.ack_many(messages)
+                got += len(messages)
+            self.stop()
+        finally:
+            sub.close()
+        return got
+
+
+def rounds_of(
+    bench: Bench, contestants: dict[str, Callable[[], int]], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Run the contestants round-robin; return messages per second of wall time and of this
+    process's CPU time (all its threads), timing only the part each contestant measures."""
+    wall: dict[str, list[float]] = {name: [] for name in contestants}
+    cpu: dict[str, list[float]] = {name: [] for name in contestants}
+    for _ in range(rounds):
+        for name, fn in contestants.items():
+            ops = fn()
+            wall[name].append(ops / bench.wall)
+            cpu[name].append(ops / bench.cpu)
+            print(f"  {name}: {ops / bench.wall:,.0f} msg/s, {1e6 * bench.cpu / ops:.1f} us CPU/msg", flush=True)
+    return wall, cpu
+
+
+def start_broker() -> tuple[str, Any]:
+    from tests.emulators import create
+
+    broker = create("kafka")
+    info = broker.start()
+    return info.endpoints["bootstrap"], broker
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--bootstrap", help="an Apache Kafka to use instead of starting one")
+    args = parser.parse_args()
+
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        bootstrap, broker = start_broker()
+    try:
+        bench = Bench(bootstrap, args.messages, args.size)
+        produce, produce_cpu = rounds_of(
+            bench, {"raw KafkaProducer": bench.produce_raw, "portable publish_batch": bench.produce_portable},
+            args.rounds,
+        )
+        consume, consume_cpu = rounds_of(
+            bench,
+            {"raw KafkaConsumer + commit": bench.consume_raw, "portable receive + ack_many": bench.consume_portable},
+            args.rounds,
+        )
+    finally:
+        if broker is not None:
+            broker.stop()
+    what = f"{args.messages} x {args.size} B"
+    sections = {
+        f"produce {what}, messages per second (wall clock)": summarise(produce, "raw KafkaProducer"),
+        f"produce {what}, messages per CPU second (client process)": summarise(produce_cpu, "raw KafkaProducer"),
+        f"consume + ack {what}, messages per second (wall clock)": summarise(consume, "raw KafkaConsumer + commit"),
+        f"consume + ack {what}, messages per CPU second (client process)": summarise(
+            consume_cpu, "raw KafkaConsumer + commit"
+        ),
+    }
+    import kafka
+
+    write(
+        "kafka_bench",
+        sections,
+        {"broker": "Apache Kafka 4.1.1 (KRaft, one node)", "kafka_python": kafka.__version__,
+         "messages": args.messages, "size": args.size, "rounds": args.rounds, "partitions": PARTITIONS,
+         "load_average": os.getloadavg()},
+    )
+    for title, rows in sections.items():
+        ratio = rows[1][next(k for k in rows[1] if k.startswith("ratio_vs_"))]
+        print(f"{title}: portable / raw = {ratio:.2f}x (target >= 0.9x)")
+
+
+if __name__ == "__main__":
+    main()
