@@ -255,7 +255,7 @@ class KafkaMessaging(MessagingDriver):
             min_lease_seconds=0.0,
             max_message_bytes=max(1, settings.max_message_bytes - _RECORD_OVERHEAD),
             max_attributes=64,
-            max_batch=1000,
+            max_batch=10000,
         )
         self._topic: KafkaTopic | None = None
         self._subscription: KafkaSubscription | None = None
@@ -594,24 +594,37 @@ class KafkaTopic(TopicDriver):
 
     def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
         producer = self._healthy_producer()
+        topic = self.topic
+        send = producer.send
         pending: list[Any] = []
         for message in messages:
+            key = message.key
             try:
-                pending.append(self._send(producer, message))
+                pending.append(
+                    send(
+                        topic,
+                        value=message.body,
+                        key=None if key is None else key.encode("utf-8"),
+                        headers=_headers(message.attributes) if message.attributes else None,
+                    )
+                )
             except Exception as exc:
-                pending.append(_explained(exc, self.topic))
+                pending.append(_explained(exc, topic))
         producer.flush(timeout=remaining(self._wait))
         out: list[str | BaseException] = []
         for item in pending:
             if isinstance(item, BaseException):
                 out.append(item)
-                continue
-            try:
-                metadata = item.get(timeout=remaining(self._wait))
-            except Exception as exc:
-                out.append(_explained(exc, self.topic))
+            elif item.is_done and item.exception is None:  # the common case, after the flush
+                metadata = item.value
+                out.append(f"{metadata.topic}/{metadata.partition}/{metadata.offset}")
             else:
-                out.append(_record_id(metadata.topic, metadata.partition, metadata.offset))
+                try:
+                    metadata = item.get(timeout=remaining(self._wait))
+                except Exception as exc:
+                    out.append(_explained(exc, topic))
+                else:
+                    out.append(_record_id(metadata.topic, metadata.partition, metadata.offset))
         return out
 
     def close(self) -> None:
