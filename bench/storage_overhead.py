@@ -16,11 +16,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from _common import interleave, summarise, write  # noqa: E402
+from _common import interleave, summarise, write
 
-from portable.driver.storage import WriteOptions  # noqa: E402
-from portable.embedded.memory import MemoryStorage  # noqa: E402
-from portable.storage import Bucket  # noqa: E402
+from portable.driver.storage import WriteOptions
+from portable.embedded.memory import MemoryStorage
+from portable.storage import Bucket
 
 
 def main() -> None:
