@@ -66,11 +66,15 @@ Options:
     request_timeout, delivery_timeout: seconds per request and per produced
         record (kafka-python's own resends included). Default 30 and 60.
 
-Names:
+Names and limits:
     Topic names are 1-249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..`` (checked
     before any request, InvalidURL). A group is 1-255 printable characters; its
     default retry and dead-letter topics need it to be topic-name legal.
-    Attributes travel as record headers (UTF-8 values); the key is the record key.
+    Attributes travel as record headers (UTF-8 values), at most 64; the key is the
+    record key. A body plus attributes may be ``max_message_bytes`` (or the topic's
+    ``max.message.bytes`` where the broker reports it, if smaller) less 512 bytes
+    kept for framing and retry headers. Batches of up to 10,000 records; leases and
+    nack delays up to one day.
 
 As:
     ``kafka.KafkaProducer`` (the publishing side's producer, or the

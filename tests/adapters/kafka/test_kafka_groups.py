@@ -232,3 +232,28 @@ def test_paused_partitions_resume_and_keys_stay_in_order(
     assert max(paused) > 0, "no partition was ever paused: the test tests nothing"
     for key in keys:
         assert seen[key] == list(range(40)), f"{key}: {seen[key][:12]}..."
+
+
+def test_temporary_topics_for_portable_contract_are_removed(kafka_broker: EmulatorInfo, unique_name: str) -> None:
+    from kafka.admin import KafkaAdminClient
+
+    from portable.testing.messaging_suite import temporary_url
+
+    base = f"kafka://{kafka_broker.endpoints['bootstrap']}/base?session_timeout_ms=6000"
+    urls = temporary_url(base, unique_name)
+    url = next(urls)
+    assert f"/{unique_name}?" in url and f"group={unique_name}" in url
+    with pm.open_topic(url, policy=QUICK) as topic, pm.open_subscription(url, policy=QUICK) as sub:
+        topic.publish(b"probe")
+        [m] = receive_until(sub, 1, 20)
+        m.ack()
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.endpoints["bootstrap"])
+    try:
+        assert unique_name in admin.list_topics()
+        next(urls, None)  # leaves the context: the topics go
+        until = time.monotonic() + 20
+        while time.monotonic() < until and any(t.startswith(unique_name) for t in admin.list_topics()):
+            time.sleep(0.2)
+        assert not [t for t in admin.list_topics() if t.startswith(unique_name)]
+    finally:
+        admin.close()
