@@ -46,3 +46,27 @@ def test_an_ambiguous_bare_url_asks_for_the_domain(tmp_path):
     proc = run("mem://x", cwd=tmp_path)
     assert proc.returncode == 1
     assert "storage=mem://x" in proc.stderr
+
+
+def test_fault_injection_at_100_percent_fails_both_domains_and_names_the_failures(tmp_path):
+    proc = run(
+        "storage=chaos+mem://broken?seed=1&error_rate=1.0",
+        "messaging=chaos+mem://brokenq?seed=1&error_rate=1.0",
+        "-k", "put_then_get or every_published_message",
+        "--json", "r.json",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    failed = {p["domain"]: [f["test"] for f in p["failed"]] for p in report["providers"]}
+    assert "test_put_then_get_returns_the_bytes" in failed["storage"]
+    assert "test_every_published_message_is_delivered_at_least_once" in failed["messaging"]
+    assert "(injected)" in proc.stdout
+
+
+def test_the_embedded_profile_passes_every_suite(tmp_path):
+    proc = run("-k", "not signed_url", "--json", "r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [p["domain"] for p in report["providers"]] == ["storage", "messaging", "compute"]
+    assert all(p["ok"] and not p["failed"] for p in report["providers"])

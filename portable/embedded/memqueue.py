@@ -22,13 +22,14 @@ Messages live in memory and vanish with the process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import itertools
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +128,18 @@ class MemoryMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
                 publish_dedup=dedup_window > 0,
                 dedup_window_seconds=dedup_window or None,
             )
+
+    @contextlib.contextmanager
+    def temporary(self, name: str) -> Iterator[str]:
+        """A fresh in-process queue called ``name``; forgotten on exit."""
+        with _SHARED_LOCK:
+            if name in _SHARED:
+                raise InvalidURL(f"mem://{name} already exists; choose another temporary name")
+        try:
+            yield f"mem://{name}"
+        finally:
+            with _SHARED_LOCK:
+                _SHARED.pop(name, None)
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> MemoryMessaging:

@@ -75,9 +75,10 @@ import datetime as dt
 import hashlib
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
+from urllib.parse import urlencode
 
 from .._idempotency_core import without_options
 from ..driver.messaging import (
@@ -467,12 +468,21 @@ class ChaosMessaging(_Classifying, MessagingDriver):
 
     inner: MessagingDriver
 
-    def __init__(self, inner: MessagingDriver, controller: ChaosController) -> None:
+    def __init__(self, inner: MessagingDriver, controller: ChaosController, options: Mapping[str, str] | None = None) -> None:
         self.inner = inner
         self.chaos = controller
         self.scheme = inner.scheme
         self.endpoint = f"chaos+{inner.endpoint}"
         self.capabilities: MessagingCapabilities = inner.capabilities
+        self._options = dict(options or {})
+
+    @contextlib.contextmanager
+    def temporary(self, name: str) -> Iterator[str]:
+        """The inner provider's temporary queue, under the same faults."""
+        with self.inner.temporary(name) as inner_url:
+            query = urlencode(self._options)
+            sep = "&" if "?" in inner_url else "?"
+            yield f"chaos+{inner_url}{sep}{query}" if query else f"chaos+{inner_url}"
 
     def __repr__(self) -> str:
         return f"ChaosMessaging({self.inner!r}, {self.chaos!r})"
@@ -634,7 +644,7 @@ def open_chaos(domain: Domain, url: ParsedURL) -> StorageDriver | MessagingDrive
     inner = open_driver(domain, without_options(url, *OPTIONS, scheme=inner_scheme))
     if domain == "storage":
         return ChaosStorage(inner, controller)
-    return ChaosMessaging(inner, controller)
+    return ChaosMessaging(inner, controller, {k: v for k, v in url.options.items() if k in OPTIONS})
 
 
 def chaos_of(obj: Any) -> ChaosController:

@@ -72,7 +72,6 @@ from ..messaging import (
     open_topic,
 )
 from ..resilience import ResiliencePolicy, RetryPolicy
-from ..urls import parse_url
 
 __all__ = ["MessagingContract", "contract_profile", "temporary_url"]
 
@@ -92,10 +91,6 @@ def contract_profile(url: str) -> Profile:
 
 def temporary_url(url: str, name: str) -> Iterator[str]:
     """``portable contract``'s hook: a fresh queue next to ``url`` for one test, removed after."""
-    parsed = parse_url(url)
-    if parsed.scheme == "mem":
-        yield f"mem://{name}"
-        return
     driver = open_driver(url)
     try:
         with driver.temporary(name) as temp:
