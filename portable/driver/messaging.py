@@ -123,7 +123,8 @@ class MessagingCapabilities:
             portable layer republishes poison messages to a configured DLQ.
         lease_extension: :meth:`SubscriptionDriver.extend_lease` works (SQS
             ChangeMessageVisibility, Pub/Sub modify_ack_deadline, Azure update).
-            Kafka has no per-message lease.
+            Kafka keeps the lease inside the group member; across members the
+            partition assignment is the lease.
         exactly_once: an ack that returned normally is never followed by another
             delivery of that message, and an ack after the lease was lost fails
             with PRECONDITION_FAILED (Pub/Sub exactly-once subscriptions, sqlite).
@@ -285,8 +286,8 @@ class SubscriptionDriver(abc.ABC):
         returned by an earlier call, is leased or delayed; one call may return
         several messages of one key, in order (SQS FIFO, Kafka), and
         ``Subscription.run`` handles those one at a time. A provider whose lease is fixed per subscription
-        applies ``lease`` by extending right after receipt, or documents that
-        it ignores it (Kafka).
+        applies ``lease`` by extending right after receipt; Kafka keeps it inside
+        the group member (the partition assignment is the lease across members).
         """
 
     @abc.abstractmethod
