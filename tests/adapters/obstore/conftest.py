@@ -14,9 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-AZ_CONNECTION_ENV = "PORTABLE_TEST_OBSTORE_AZ_CONNECTION"
-AZ_KEY_ENV = "PORTABLE_TEST_OBSTORE_AZ_KEY"
+from obstore_support import AZ_CONNECTION_ENV, AZ_KEY_ENV
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from conftest import AZ_CONNECTION_ENV, AZ_KEY_ENV
+from obstore_support import AZ_CONNECTION_ENV, AZ_KEY_ENV
 
 from portable.errors import ConfigError, InvalidURL, NotFound
 from portable.storage import Bucket, open_bucket
