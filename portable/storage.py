@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _METADATA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-_BATCH_CHUNK = 256
+_BATCH_CHUNK = 4096  # keys handed to a driver at once; in-flight drains at each boundary
 
 #: The default part size of streamed writes.
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
