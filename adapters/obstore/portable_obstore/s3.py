@@ -61,7 +61,7 @@ Known differences from the fsspec engine:
     * ``copy`` returns None (CopyObject's etag is not reported by obstore);
       ``head`` gives it.
     * ``put(..., if_match=...)`` on a missing key raises PreconditionFailed.
-    * ``delete_many`` sends one DeleteObjects request per chunk of 256 keys.
+    * ``delete_many`` sends DeleteObjects requests of up to 1,000 keys (object_store batches them).
     * A delimited ``list`` reads the whole level (obstore's
       ``list_with_delimiter``) for each page; flat listings page natively
       with ``start-after``.

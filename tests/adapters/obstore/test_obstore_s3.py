@@ -75,7 +75,7 @@ def test_obstore_retries_are_off(bucket: Bucket) -> None:
 
 
 def test_batches_run_on_one_loop_thread_not_a_thread_per_object(bucket: Bucket) -> None:
-    items = {f"b/{i:03d}": bytes([i % 256]) * 10 for i in range(300)}  # more than one chunk of 256
+    items = {f"b/{i:03d}": bytes([i % 256]) * 10 for i in range(300)}
     bucket.put_many(items)  # starts the loop thread if no test did
     before = {t.ident for t in threading.enumerate()}
     bucket.put_many(items)
