@@ -436,7 +436,9 @@ class StorageContract:
         with urllib.request.urlopen(url, timeout=10) as resp:
             assert resp.read() == b"secret data"
         put_url = bucket.signed_url("upload.txt", method="PUT", expires=300)
-        req = urllib.request.Request(put_url, data=b"uploaded", method="PUT")
+        req = urllib.request.Request(
+            put_url, data=b"uploaded", method="PUT", headers={"Content-Type": "application/octet-stream"}
+        )
         for name, value in getattr(bucket.driver, "signed_put_headers", {}).items():
             req.add_header(name, value)
         with urllib.request.urlopen(req, timeout=10) as resp:

@@ -35,11 +35,6 @@ class TestS3Contract(StorageContract):
         "test_a_large_streamed_write_with_a_stale_etag_is_refused": (
             "moto 5.2.5 ignores If-Match on CompleteMultipartUpload (AWS enforces it)"
         ),
-        "test_signed_urls_allow_get_and_put": (
-            "moto's werkzeug server parses a PUT body sent as application/x-www-form-urlencoded "
-            "(urllib's default Content-Type) as a form and stores an empty object; AWS stores the "
-            "bytes. test_presigned_get_and_put covers signed URLs with a binary Content-Type"
-        ),
     }
 
     @pytest.fixture

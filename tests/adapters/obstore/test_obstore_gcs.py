@@ -43,7 +43,7 @@ def _seed(gcs: dict[str, str], name: str, data: bytes, content_type: str = "appl
 
 @pytest.fixture
 def bucket(gcs: dict[str, str], unique_name: str) -> Any:
-    url = f"gs://{gcs['bucket']}/{unique_name}?endpoint_url={gcs['endpoint_url']}"
+    url = f"gs://{gcs['bucket']}/{unique_name}?engine=obstore&endpoint_url={gcs['endpoint_url']}"
     b = open_bucket(url, profile=contract_profile(url))
     yield b
     b.close()
@@ -62,10 +62,14 @@ def seeded(gcs: dict[str, str], unique_name: str) -> dict[str, dict[str, Any]]:
     return {key: _seed(gcs, f"{unique_name}/{key}", data, "text/plain") for key, data in objects.items()}
 
 
-def test_obstore_is_the_default_engine(bucket: Bucket) -> None:
+def test_obstore_is_opt_in_on_gcs(bucket: Bucket, gcs: dict[str, str]) -> None:
+    """gs:// defaults to gcsfs: obstore's GCS writes (XML API) cannot be verified on fake-gcs-server."""
+    from portable_gcp.gcs import GCSStorage
     from portable_obstore.gcs import ObstoreGCSStorage
 
     assert isinstance(bucket.driver, ObstoreGCSStorage)
+    with open_bucket(f"gs://{gcs['bucket']}/x?endpoint_url={gcs['endpoint_url']}") as default:
+        assert isinstance(default.driver, GCSStorage)
 
 
 def test_get_head_and_ranges_of_objects_made_elsewhere(bucket: Bucket, seeded: dict[str, dict[str, Any]]) -> None:

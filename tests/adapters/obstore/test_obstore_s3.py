@@ -21,11 +21,6 @@ MOTO_RACE = (
 
 class TestObstoreS3Contract(StorageContract):
     xfail = {
-        "test_signed_urls_allow_get_and_put": (
-            "moto's werkzeug server parses a PUT body sent as application/x-www-form-urlencoded "
-            "(urllib's default Content-Type) as a form and stores an empty object; AWS stores the "
-            "bytes. test_presigned_get_and_put covers signed URLs with a binary Content-Type"
-        ),
     }
 
     @pytest.fixture
