@@ -78,8 +78,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import ipaddress
-import re
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import IO, Any, Literal, TypeVar
@@ -93,6 +91,7 @@ from portable.driver.storage import (
     WriteStream,
 )
 from portable.errors import InvalidURL
+from portable.provider_names import check_s3_bucket_name
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
@@ -107,23 +106,9 @@ MAX_PUT_BYTES = 5 * 1024**3
 #: S3's key limit in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
 _DELETE_BATCH = 1000
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
+check_bucket_name = check_s3_bucket_name
 
-def check_bucket_name(name: str) -> str:
-    """Return ``name`` if S3 accepts it as a bucket name, else raise InvalidURL saying why."""
-    if not _BUCKET_NAME.match(name):
-        raise InvalidURL(
-            f"{name!r} is not an S3 bucket name: use 3-63 characters of a-z, 0-9, '.' and '-', "
-            "starting and ending with a letter or digit"
-        )
-    if ".." in name or ".-" in name or "-." in name:
-        raise InvalidURL(f"S3 bucket name {name!r} must not hold '..', '.-' or '-.'")
-    try:
-        ipaddress.IPv4Address(name)
-    except ValueError:
-        return name
-    raise InvalidURL(f"S3 bucket name {name!r} must not be an IP address")
 
 
 class S3Storage(AWSClassifier, StorageDriver):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit
 from portable._redact import redact
 from portable.driver import Classifier
 from portable.errors import ConfigError, ErrorCode, InvalidURL, PortableError
+from portable.provider_names import check_azure_account_name, check_azure_container_or_queue_name
 from portable.urls import ParsedURL
 
 __all__ = [
@@ -65,31 +65,8 @@ _INLINE_SECRETS = {
     "password": "account_key_env",
 }
 
-_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
-_CONTAINER = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
-
-
-def check_account_name(name: str) -> str:
-    """Return ``name`` if it is a valid storage account name, else raise InvalidURL."""
-    if not _ACCOUNT.match(name):
-        raise InvalidURL(f"storage account name {name!r} must be 3-24 lower-case letters and digits")
-    return name
-
-
-def check_container_or_queue_name(name: str, what: str) -> str:
-    """Return ``name`` if Azure accepts it as a container or queue name, else raise InvalidURL.
-
-    Both are 3-63 characters of lower-case letters, digits and single hyphens,
-    starting and ending with a letter or digit.
-    """
-    if name in ("$root", "$web", "$logs") and what == "container":
-        return name
-    if not _CONTAINER.match(name):
-        raise InvalidURL(
-            f"{what} name {name!r} is not valid on Azure: use 3-63 lower-case letters, digits and "
-            "single hyphens, starting and ending with a letter or digit (for example 'my-data-1')"
-        )
-    return name
+check_account_name = check_azure_account_name
+check_container_or_queue_name = check_azure_container_or_queue_name
 
 
 def reject_inline_secrets(url: ParsedURL) -> None:

@@ -123,6 +123,7 @@ from portable.errors import (
     PreconditionFailed,
     TooLarge,
 )
+from portable.provider_names import decode_azure_metadata_name, encode_azure_metadata_name
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
@@ -144,37 +145,11 @@ MAX_BLOB_NAME = 1024
 MAX_BLOCKS = 50_000
 _BLOB_CLIENT_CACHE = 128  # about 32 KiB each
 _HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(?:dfs|blob)\.(?P<suffix>.+)$")
-_CS_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ESCAPE = "pt_"
+encode_metadata_name = encode_azure_metadata_name
+decode_metadata_name = decode_azure_metadata_name
 
 
 # ------------------------------------------------------------------ metadata names
-def encode_metadata_name(name: str) -> str:
-    """Store a portable metadata name as a C# identifier, reversibly."""
-    if _CS_IDENTIFIER.match(name) and not name.startswith(_ESCAPE):
-        return name
-    return _ESCAPE + name.replace("_", "__").replace("-", "_h")
-
-
-def decode_metadata_name(name: str) -> str:
-    """Invert :func:`encode_metadata_name` (other names come back unchanged)."""
-    if not name.startswith(_ESCAPE):
-        return name
-    body, out, i = name[len(_ESCAPE) :], [], 0
-    while i < len(body):
-        pair = body[i : i + 2]
-        if pair == "__":
-            out.append("_")
-            i += 2
-        elif pair == "_h":
-            out.append("-")
-            i += 2
-        else:
-            out.append(body[i])
-            i += 1
-    return "".join(out)
-
-
 def _decode_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     return {decode_metadata_name(k.lower()): v for k, v in (metadata or {}).items()}
 

@@ -82,6 +82,12 @@ from urllib.parse import quote, urlsplit
 from portable._redact import redact
 from portable.driver.storage import StorageCapabilities, WriteOptions
 from portable.errors import ConfigError, InvalidURL
+from portable.provider_names import (
+    check_azure_account_name,
+    check_azure_container_or_queue_name,
+    decode_azure_metadata_name,
+    encode_azure_metadata_name,
+)
 from portable.urls import ParsedURL
 
 from ._common import NO_RETRIES, ObstoreStorage, client_options
@@ -91,10 +97,8 @@ __all__ = ["ObstoreAzureStorage", "decode_metadata_name", "encode_metadata_name"
 MAX_BLOB_NAME = 1024
 SAS_VERSION = "2022-11-02"
 _HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(?:dfs|blob)\.(?P<suffix>.+)$")
-_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
-_CONTAINER = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
-_CS_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ESCAPE = "pt_"
+encode_metadata_name = encode_azure_metadata_name
+decode_metadata_name = decode_azure_metadata_name
 _AUTH_KINDS = ("auto", "connection_string", "key", "sas", "identity", "anonymous")
 _INLINE_SECRETS = {
     "connection_string": "connection_string_env",
@@ -107,29 +111,6 @@ _INLINE_SECRETS = {
     "client_secret": "the AZURE_CLIENT_SECRET environment variable (auth=identity)",
     "password": "account_key_env",
 }
-
-
-def encode_metadata_name(name: str) -> str:
-    """Store a portable metadata name as a C# identifier, reversibly (as the fsspec engine does)."""
-    if _CS_IDENTIFIER.match(name) and not name.startswith(_ESCAPE):
-        return name
-    return _ESCAPE + name.replace("_", "__").replace("-", "_h")
-
-
-def decode_metadata_name(name: str) -> str:
-    """Invert :func:`encode_metadata_name`."""
-    if not name.startswith(_ESCAPE):
-        return name
-    body, out, i = name[len(_ESCAPE) :], [], 0
-    while i < len(body):
-        pair = body[i : i + 2]
-        if pair in ("__", "_h"):
-            out.append("_" if pair == "__" else "-")
-            i += 2
-        else:
-            out.append(body[i])
-            i += 1
-    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -202,9 +183,7 @@ def _resolve_auth(url: ParsedURL, account: str | None, endpoint: str | None) -> 
         name = account or (_account_of(endpoint) if endpoint else None) or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
         if not name:
             raise ConfigError(f"{url}: name the storage account with ?account=NAME (or AZURE_STORAGE_ACCOUNT_NAME)")
-        if endpoint is None and not _ACCOUNT.match(name):
-            raise InvalidURL(f"storage account name {name!r} must be 3-24 lower-case letters and digits")
-        return name
+        return name if endpoint is not None else check_azure_account_name(name)
 
     def default_endpoint(name: str) -> str:
         return endpoint or f"https://{name}.blob.core.windows.net"
@@ -264,11 +243,7 @@ class ObstoreAzureStorage(ObstoreStorage):
     ) -> None:
         from obstore.store import AzureStore
 
-        if container not in ("$root", "$web", "$logs") and not _CONTAINER.match(container):
-            raise InvalidURL(
-                f"container name {container!r} is not valid on Azure: use 3-63 lower-case letters, digits "
-                "and single hyphens, starting and ending with a letter or digit"
-            )
+        check_azure_container_or_queue_name(container, "container")
         prefix = prefix.strip("/")
         if prefix and any(seg in ("", ".", "..") for seg in prefix.split("/")):
             raise InvalidURL(f"prefix {prefix!r} must not hold empty, '.' or '..' segments")
@@ -333,8 +308,7 @@ class ObstoreAzureStorage(ObstoreStorage):
             raise InvalidURL(f"{url} names no container: write {url.scheme}://CONTAINER/PREFIX?account=ACCOUNT")
         account = url.take_str("account")
         if account is not None:
-            if not _ACCOUNT.match(account):
-                raise InvalidURL(f"storage account name {account!r} must be 3-24 lower-case letters and digits")
+            check_azure_account_name(account)
             if host_account is not None and account != host_account:
                 raise InvalidURL(f"{url}: account={account} contradicts the host's account {host_account}")
         blob_endpoint = url.take_str("blob_endpoint")

@@ -60,7 +60,6 @@ Known differences:
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import json
 import os
 import re
@@ -69,6 +68,7 @@ from typing import Any, Literal
 
 from portable.driver.storage import StorageCapabilities, WriteOptions
 from portable.errors import InvalidURL, PreconditionFailed
+from portable.provider_names import check_gcs_bucket_name
 from portable.urls import ParsedURL
 
 from ._common import NO_RETRIES, ObstoreStorage, client_options
@@ -77,32 +77,10 @@ __all__ = ["ObstoreGCSStorage", "check_bucket_name"]
 
 GOOGLE_ENDPOINT = "https://storage.googleapis.com"
 MAX_OBJECT_BYTES = 5 * 1024**4
-_BUCKET_CHARS = re.compile(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$")
+check_bucket_name = check_gcs_bucket_name
 _GENERATION = re.compile(r"^[0-9]{1,20}$")
 
 
-def check_bucket_name(name: str) -> str:
-    """Return ``name`` if GCS accepts it as a bucket name, else raise InvalidURL saying why."""
-    rule = (
-        "GCS bucket names are 3-63 characters (up to 222 with dots, 63 between dots) of "
-        "a-z, 0-9, '-', '_' and '.', starting and ending with a letter or digit"
-    )
-    if not name:
-        raise InvalidURL("a gs:// URL needs a bucket: gs://BUCKET or gs://BUCKET/PREFIX")
-    if not _BUCKET_CHARS.match(name):
-        raise InvalidURL(f"bucket name {name[:80]!r} is invalid: {rule}")
-    parts = name.split(".")
-    if not 3 <= len(name) <= (222 if len(parts) > 1 else 63) or any(len(p) > 63 or not p for p in parts):
-        raise InvalidURL(f"bucket name {name[:80]!r} is too short, too long or has an empty part: {rule}")
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        pass
-    else:
-        raise InvalidURL(f"bucket name {name!r} is an IP address, which GCS refuses")
-    if name.startswith("goog") or "google" in name:
-        raise InvalidURL(f"bucket name {name!r} may not start with 'goog' or contain 'google'")
-    return name
 
 
 class ObstoreGCSStorage(ObstoreStorage):

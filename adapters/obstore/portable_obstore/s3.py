@@ -70,7 +70,6 @@ Known differences from the fsspec engine:
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import os
 import re
 from collections.abc import Iterator
@@ -78,6 +77,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from portable.errors import InvalidURL, MissingDependency
+from portable.provider_names import check_s3_bucket_name
 from portable.resilience import remaining
 from portable.urls import ParsedURL
 
@@ -87,24 +87,8 @@ __all__ = ["ObstoreS3Storage", "check_bucket_name"]
 
 MAX_PUT_BYTES = 5 * 1024**3
 MAX_KEY_BYTES = 1024
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+check_bucket_name = check_s3_bucket_name
 _REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}-\d{1,2}$")
-
-
-def check_bucket_name(name: str) -> str:
-    """Return ``name`` if S3 accepts it as a bucket name, else raise InvalidURL saying why."""
-    if not _BUCKET_NAME.match(name):
-        raise InvalidURL(
-            f"{name!r} is not an S3 bucket name: use 3-63 characters of a-z, 0-9, '.' and '-', "
-            "starting and ending with a letter or digit"
-        )
-    if ".." in name or ".-" in name or "-." in name:
-        raise InvalidURL(f"S3 bucket name {name!r} must not hold '..', '.-' or '-.'")
-    try:
-        ipaddress.IPv4Address(name)
-    except ValueError:
-        return name
-    raise InvalidURL(f"S3 bucket name {name!r} must not be an IP address")
 
 
 def _boto3_wanted(profile: str | None) -> bool:
