@@ -4,17 +4,21 @@
     .venv/bin/python bench/compare.py --quick    # smoke test, under a minute; writes nothing under docs/
 
 Needs ``pip install -r bench/requirements-compare.txt`` and the emulators
-(``bash scripts/install-emulators.sh``). The S3 server is s3s-fs (Rust,
-crates.io), built once with cargo into ``.cache/s3s-fs`` (``--build-server``
-builds it: about 5 minutes of CPU; nothing else is downloaded at run time).
+(``bash scripts/install-emulators.sh``). The S3 server is bench/s3s-server: the
+s3s-fs 0.14.1 store (Rust, crates.io) behind our own accept loop that sets
+TCP_NODELAY, which the stock s3s-fs binary does not (its 1 KiB GETs waited
+15-40 ms for a delayed ACK, so small-GET figures measured a timer). It is built
+once with ``cargo build --release --locked`` into ``.cache/s3s-server``
+(``--build-server`` builds it: about 3 minutes of CPU; nothing else is
+downloaded at run time).
 
 What it measures, each in interleaved rounds (every contestant once per round,
 round-robin, so a noisy neighbour slows all of them alike), medians with
 min-max and ratios:
 
-* stores: s3s-fs on 127.0.0.1 (a fast, real S3 server: the clients, not the
-  server, are the bottleneck), Azurite and fake-gcs-server (started through
-  tests/emulators);
+* stores: s3s-fs on 127.0.0.1 (a fast, real S3 server, well under a
+  millisecond per request: the clients, not the server, are the bottleneck),
+  Azurite and fake-gcs-server (started through tests/emulators);
 * workloads: 2,000 x 1 KiB and 20 x 8 MiB objects, put then get, 16 in flight
   for every contestant (fewer objects on the emulators, which are slower);
 * contestants: portable ``Bucket.put_many`` / ``get_many`` on each engine
@@ -55,9 +59,9 @@ sys.path.insert(0, str(ROOT))
 from bench import _compare_clients as cc  # noqa: E402
 from bench._common import table, write  # noqa: E402
 
-S3S_VERSION = "0.14.1"  # the newest s3s-fs that builds with rustc 1.95 (0.17 needs 1.96)
-S3S_ROOT = ROOT / ".cache" / "s3s-fs"
-S3S_BIN = S3S_ROOT / "root" / "bin" / "s3s-fs"
+S3S_CRATE = ROOT / "bench" / "s3s-server"  # s3s-fs 0.14.1, the newest that builds with rustc 1.95 (0.17 needs 1.96)
+S3S_ROOT = ROOT / ".cache" / "s3s-server"
+S3S_BIN = S3S_ROOT / "target" / "release" / "portable-s3s-server"
 DOC = ROOT / "docs" / "performance.md"
 PLOT = ROOT / "docs" / "performance.png"
 KIB, MIB = 1024, 1024 * 1024
@@ -67,27 +71,24 @@ PORTABLE = ("portable[obstore]", "portable[fsspec]")
 
 # ------------------------------------------------------------------ servers
 def build_s3s() -> None:
-    cmd = [
-        "cargo", "install", f"s3s-fs@{S3S_VERSION}", "--locked", "--features", "binary",
-        "--root", str(S3S_ROOT / "root"), "--target-dir", str(S3S_ROOT / "target"),
-    ]
-    print("building s3s-fs:", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    cmd = ["cargo", "build", "--release", "--locked", "--target-dir", str(S3S_ROOT / "target")]
+    print(f"building bench/s3s-server: {' '.join(cmd)} (in {S3S_CRATE})", flush=True)
+    subprocess.run(cmd, check=True, cwd=S3S_CRATE)
 
 
 def start_s3s() -> tuple[cc.Target, Callable[[], None]]:
-    """s3s-fs on a free loopback port, storing in a fresh folder (tmpfs when there is one)."""
+    """bench/s3s-server (s3s-fs with TCP_NODELAY) on a free loopback port, storing in a fresh folder (tmpfs when there is one)."""
     from tests.emulators.harness import free_port, is_listening
 
     if not S3S_BIN.exists():
-        raise SystemExit(f"s3s-fs is not built: run bench/compare.py --build-server (or: cargo install s3s-fs@{S3S_VERSION} --features binary --root {S3S_ROOT / 'root'})")
+        raise SystemExit(f"the S3 server is not built: run bench/compare.py --build-server (or, in {S3S_CRATE}: cargo build --release --locked --target-dir {S3S_ROOT / 'target'})")
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     data = Path(tempfile.mkdtemp(prefix="portable-s3s-", dir=base))
     bucket = "bench"
     (data / bucket).mkdir()
     port = free_port()
     key, secret = "benchaccesskey", "benchsecretkey"
-    log = open(S3S_ROOT / "s3s-fs.log", "wb")  # noqa: SIM115 (closed by stop())
+    log = open(S3S_ROOT / "s3s-server.log", "wb")  # noqa: SIM115 (closed by stop())
     proc = subprocess.Popen(
         [str(S3S_BIN), "--host", "127.0.0.1", "--port", str(port), "--access-key", key, "--secret-key", secret, str(data)],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -95,7 +96,7 @@ def start_s3s() -> tuple[cc.Target, Callable[[], None]]:
     deadline = time.monotonic() + 20
     while not is_listening(port):
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"s3s-fs did not start; see {S3S_ROOT / 's3s-fs.log'}")
+            raise SystemExit(f"the S3 server did not start; see {S3S_ROOT / 's3s-server.log'}")
         time.sleep(0.05)
 
     def stop() -> None:
@@ -365,7 +366,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smoke test: few objects, 2 rounds, under a minute")
     parser.add_argument("--rounds", type=int, default=None, help="rounds on s3s-fs (default 7; 2 with --quick)")
     parser.add_argument("--stores", default="s3,azure,gcs", help="comma-separated subset of s3,azure,gcs")
-    parser.add_argument("--build-server", action="store_true", help="build s3s-fs with cargo first if missing")
+    parser.add_argument("--build-server", action="store_true", help="build bench/s3s-server with cargo first if missing")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks: stop the servers
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
