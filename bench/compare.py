@@ -381,13 +381,15 @@ def main() -> int:
     checks: list[dict[str, Any]] = []
     for store in stores:
         small, large, rounds = plan[store]
+        contestants: list[cc.Client] = []
         if store == "s3":
             target, stop = start_s3s()
         else:
             info, stop = start_emulator("azurite" if store == "azure" else "fake-gcs")
-            target = azure_target(info) if store == "azure" else gcs_target(info)
-        contestants = clients(target)
-        try:
+        try:  # from here on the server is stopped whatever fails (a missing peer library included)
+            if store != "s3":
+                target = azure_target(info) if store == "azure" else gcs_target(info)
+            contestants = clients(target)
             sections |= measure(target, "small", small, KIB, rounds, contestants)
             sections |= measure(target, "large", large, 8 * MIB, rounds, contestants)
             if store == "s3":
