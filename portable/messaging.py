@@ -332,9 +332,13 @@ class Topic:
         sent. A failed item is retried on its own under the retry policy; the
         first that still fails raises, after the items before it were published.
         """
-        items = [
-            OutgoingMessage(m)
-            if type(m) is bytes and len(m) <= self._max_bytes
+        # Validate everything first; a plain body that passed stays bytes until its chunk is
+        # sent, so a large batch does not hold one more live object per message (the
+        # garbage collector's full passes cost in proportion to live objects).
+        max_bytes = self._max_bytes
+        items: list[bytes | OutgoingMessage] = [
+            m
+            if type(m) is bytes and len(m) <= max_bytes
             else self._outgoing(m, None, None, None)
             if not isinstance(m, OutgoingMessage)
             else self._outgoing(m.body, m.key, m.attributes or None, m.idempotency_key)
@@ -343,7 +347,7 @@ class Topic:
         ids: list[str] = []
         size = self.capabilities.max_batch
         for start in range(0, len(items), size):
-            chunk = items[start : start + size]
+            chunk = [OutgoingMessage(m) if type(m) is bytes else m for m in items[start : start + size]]
             results = self._guard.call("publish", self._what, self._topic.publish_batch, chunk)
             if len(results) != len(chunk):
                 raise PortableError(
@@ -443,12 +447,12 @@ class Message:
 
     __slots__ = ("_delivery", "_handle", "_lease_ends", "_state", "_sub")
 
-    def __init__(self, subscription: Subscription, delivery: ReceivedMessage, lease: float) -> None:
+    def __init__(self, subscription: Subscription, delivery: ReceivedMessage, lease_ends: float) -> None:
         self._sub = subscription
         self._delivery = delivery
         self._handle = delivery.handle
         self._state = _LEASED
-        self._lease_ends = time.monotonic() + lease
+        self._lease_ends = lease_ends  # time.monotonic()
 
     def __repr__(self) -> str:
         return (
@@ -687,7 +691,8 @@ class Subscription:
             left = max(0.0, deadline - time.monotonic()) if not out else 0.0
             ask = min(batch, max_messages - len(out))
             got = self._guard.call("receive", self._what, fetch, ask, min(left, _MAX_WAIT_SLICE), lease_s)
-            out.extend(Message(self, d, lease_s) for d in got)
+            ends = time.monotonic() + lease_s
+            out += [Message(self, d, ends) for d in got]
             if len(out) >= max_messages or (out and len(got) < ask):
                 return out
             if not out and time.monotonic() >= deadline:
@@ -698,13 +703,17 @@ class Subscription:
 
         A failed ack is retried on its own; the first that still fails raises.
         """
-        pending = [m for m in messages if m._settle(_ACKED)]
+        pending = [m for m in messages if m._state is _LEASED or m._settle(_ACKED)]
         batch = self.capabilities.max_batch
         for start in range(0, len(pending), batch):
             chunk = pending[start : start + batch]
             results = self._guard.call(
                 "ack", f"ack {len(chunk)} messages", self._driver_sub.ack_many, [m._handle for m in chunk]
             )
+            if len(results) == len(chunk) and results.count(None) == len(chunk):
+                for message in chunk:
+                    message._state = _ACKED
+                continue
             for message, result in zip(chunk, results, strict=True):
                 if result is not None:
                     err = self._guard.wrap(f"ack {message.id}", result)

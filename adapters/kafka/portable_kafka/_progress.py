@@ -12,6 +12,7 @@ These classes hold no lock and do no I/O; the subscription guards them.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 __all__ = ["PartitionProgress"]
 
@@ -54,6 +55,18 @@ class PartitionProgress:
         self._order.append(offset)
         self._open.add(offset)
         return True
+
+    def fetched_many(self, records: list[Any]) -> list[Any]:
+        """Record a fetch of one partition (ascending offsets, as Kafka returns them); return the
+        records that are new, dropping those at or below the last fetched (a refetch)."""
+        order = self._order
+        last = order[-1] if order else (-1 if self.safe is None else self.safe - 1)
+        if records and records[0].offset <= last:
+            records = [r for r in records if r.offset > last]
+        offsets = [r.offset for r in records]
+        order.extend(offsets)
+        self._open.update(offsets)
+        return records
 
     def is_open(self, offset: int) -> bool:
         return offset in self._open

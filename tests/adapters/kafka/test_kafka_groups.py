@@ -257,3 +257,34 @@ def test_temporary_topics_for_portable_contract_are_removed(kafka_broker: Emulat
         assert not [t for t in admin.list_topics() if t.startswith(unique_name)]
     finally:
         admin.close()
+
+
+def test_settled_messages_are_not_kept_until_their_lease_would_end(
+    kafka_broker: EmulatorInfo, unique_name: str
+) -> None:
+    """Kafka's lease is local: the lease heap must let go of settled messages (bodies included) at
+    once, or a fast consumer would hold every message of the last lease period in memory."""
+    import gc
+
+    def live_deliveries() -> int:
+        return sum(type(o).__name__ == "_Delivery" for o in gc.get_objects())
+
+    url = group_url(kafka_broker, unique_name, partitions=2)
+    with pm.open_topic(url, policy=QUICK) as topic:
+        topic.publish_batch([b"x" * 100 for _ in range(300)])
+    sub = pm.open_subscription(url, policy=QUICK, lease=600)
+    try:
+        got = receive_until(sub, 300, 30)
+        assert len(got) == 300
+        driver = sub._driver_sub
+        sub.ack_many(got[:150])
+        assert len(driver._leased) == 150
+        sub.ack_many(got[150:])
+        assert not driver._leased
+        del got
+        gc.collect()
+        assert live_deliveries() == 0, "acked deliveries are still referenced"
+        sub.receive(1, wait=0)  # prunes the heap's settled batches
+        assert not driver._leases, "fully settled lease batches stay in the heap"
+    finally:
+        sub.close()
