@@ -12,13 +12,14 @@ and stops it afterwards.
    waiting for each chunk's acknowledgements) against a raw ``KafkaProducer.send``
    loop and one ``flush``. Both use the same producer settings (idempotent, acks=all,
    linger_ms=5, batch_size=64 KiB). Target: portable >= 0.9x raw.
-2. Consume + ack: the N messages read by a fresh consumer group through
-   ``Subscription.receive(1000)`` + ``ack_many`` (a commit of the contiguous acked
-   offsets at the next receive) against a raw ``KafkaConsumer.poll(max_records=1000)``
+2. Consume + ack: the N messages of one topic read, in each round, by both
+   contestants, each in a fresh consumer group: portable through
+   ``Subscription.receive(1000)`` + ``ack_many`` (which commits the contiguous acked
+   offsets, asynchronously) against a raw ``KafkaConsumer.poll(max_records=1000)``
    loop that commits after each batch (``commit()``, synchronous, manual). Group
    joins are inside both timings. Target: portable >= 0.9x raw.
 
-Each round gives every contestant a fresh topic of three partitions; contestants
+Each produce round gives every contestant a fresh topic of three partitions; contestants
 run round-robin in one process; medians, min-max and ratios are reported and
 written to bench/results/kafka_bench.{json,md}, both per second of wall clock
 and per second of this process's CPU time (all threads): on a shared machine the
@@ -67,7 +68,8 @@ class Bench:
         self.bootstrap = bootstrap
         self.n = messages
         self.body = os.urandom(size)
-        self.filled: dict[str, list[str]] = {"raw": [], "portable": []}
+        self.filled: list[str] = []  # topics the produce rounds wrote, raw and portable in turn
+        self.reading: str | None = None  # the topic both consumers read this round
         self.wall = self.cpu = 0.0
 
     def start(self) -> None:
@@ -95,7 +97,7 @@ class Bench:
             self.stop()
         finally:
             producer.close()
-        self.filled["raw"].append(topic)
+        self.filled.append(topic)
         return self.n
 
     def produce_portable(self) -> int:
@@ -106,12 +108,18 @@ class Bench:
             self.start()
             t.publish_batch(bodies)  # portable sends it in chunks of capabilities.max_batch
             self.stop()
-        self.filled["portable"].append(topic)
+        self.filled.append(topic)
         return self.n
 
     # -- consume -------------------------------------------------------------
+    def next_topic(self) -> str:
+        """Both consumers of a round read the same topic (each in a fresh group): the same
+        record batches, so neither pays for how the other's producer happened to batch."""
+        self.reading = self.filled.pop(0)
+        return self.reading
+
     def consume_raw(self) -> int:
-        topic = self.filled["raw"].pop(0)
+        topic = self.next_topic()
         consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap, group_id=fresh("g"), enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=6000, max_poll_records=1000,
@@ -132,7 +140,8 @@ class Bench:
         return got
 
     def consume_portable(self) -> int:
-        topic = self.filled["portable"].pop(0)
+        topic = self.reading
+        assert topic is not None, "consume_raw picks the round's topic"
         sub = pm.open_subscription(self.url(topic, fresh("g")))
         try:
             self.start()

@@ -65,8 +65,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 from . import urls
 from ._consumer import RunStats, _Consumer, _signals_stop
@@ -332,9 +332,9 @@ class Topic:
         sent. A failed item is retried on its own under the retry policy; the
         first that still fails raises, after the items before it were published.
         """
-        # Validate everything first; a plain body that passed stays bytes until its chunk is
-        # sent, so a large batch does not hold one more live object per message (the
-        # garbage collector's full passes cost in proportion to live objects).
+        # Validate everything first. A plain body that passed stays bytes until the driver
+        # reads it (_Chunk), so a large batch does not hold one more live object per message:
+        # the garbage collector's full passes cost in proportion to live objects.
         max_bytes = self._max_bytes
         items: list[bytes | OutgoingMessage] = [
             m
@@ -347,20 +347,19 @@ class Topic:
         ids: list[str] = []
         size = self.capabilities.max_batch
         for start in range(0, len(items), size):
-            chunk = [OutgoingMessage(m) if type(m) is bytes else m for m in items[start : start + size]]
+            chunk = _Chunk(items[start : start + size])
             results = self._guard.call("publish", self._what, self._topic.publish_batch, chunk)
             if len(results) != len(chunk):
                 raise PortableError(
                     f"{self._what}: the driver answered {len(results)} results for {len(chunk)} messages",
                     provider=self.provider,
                 )
-            for message, result in zip(chunk, results, strict=True):
-                if isinstance(result, BaseException):
-                    err = self._guard.wrap(self._what, result)
-                    if not err.retryable:
-                        raise err from (None if err is result else result)
-                    result = self._guard.call("publish", self._what, self._topic.publish, message)
-                ids.append(result)
+            for i, failed in [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]:
+                err = self._guard.wrap(self._what, failed)
+                if not err.retryable:
+                    raise err from (None if err is failed else failed)
+                results[i] = self._guard.call("publish", self._what, self._topic.publish, chunk[i])
+            ids += cast("list[str]", results)  # every error was replaced by an id, or raised
         return ids
 
     def publish_event(
@@ -411,6 +410,33 @@ class Topic:
         """Release the driver's connections."""
         self._topic.close()
         self._driver.close()
+
+
+class _Chunk(Sequence[OutgoingMessage]):
+    """Validated items for one driver call: a plain body becomes an OutgoingMessage only as
+    the driver reads it, and is dropped after it is sent (iterable again, for a retry)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[bytes | OutgoingMessage]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> OutgoingMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[OutgoingMessage]: ...
+    def __getitem__(self, index: int | slice) -> OutgoingMessage | list[OutgoingMessage]:
+        if isinstance(index, slice):
+            return [OutgoingMessage(m) if isinstance(m, bytes) else m for m in self._items[index]]
+        m = self._items[index]
+        return OutgoingMessage(m) if isinstance(m, bytes) else m
+
+    def __iter__(self) -> Iterator[OutgoingMessage]:
+        for m in self._items:
+            yield OutgoingMessage(m) if isinstance(m, bytes) else m
 
 
 def _seconds(value: object) -> float | None:

@@ -155,9 +155,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import heapq
 import itertools
 import logging
+import operator
+import random
 import threading
 import time
 from collections import deque
@@ -213,6 +216,10 @@ _RECORD_OVERHEAD = 512
 _PAUSE_AT = 1000
 #: Acks trigger a commit at most this often (seconds); receive and close always commit.
 _ACK_COMMIT_INTERVAL = 0.2
+#: publish_batch swaps acknowledged futures for ids every this many sends.
+_HARVEST = 1000
+#: Bytes a record adds to its body in a producer batch (a guess: varints, timestamps, offsets).
+_RECORD_GUESS = 24
 #: How long close() waits for LeaveGroup. A member whose JoinGroup is still parked at the
 #: coordinator gets no answer before that join completes (requests on a connection are
 #: answered in order), so waiting request_timeout would stall close for 30 s; the group
@@ -549,6 +556,15 @@ def _explained(exc: BaseException, topic: str) -> BaseException:
     return exc
 
 
+@functools.cache
+def _record_fields() -> Callable[[Any], tuple[int, int, bytes | None, bytes | None, Any]]:
+    """(offset, timestamp, key, value, headers) of a kafka-python ConsumerRecord, in one C call."""
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    names = ConsumerRecord._fields
+    return operator.itemgetter(*(names.index(n) for n in ("offset", "timestamp", "key", "value", "headers")))
+
+
 def _record_id(topic: str, partition: int, offset: int) -> str:
     return f"{topic}/{partition}/{offset}"
 
@@ -597,39 +613,90 @@ class KafkaTopic(TopicDriver):
         return _record_id(metadata.topic, metadata.partition, metadata.offset)
 
     def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        """Send every message, then flush; the results are ids (or errors) in order.
+
+        Each send's future is swapped for its id as soon as it is acknowledged
+        (checked every ``_HARVEST`` sends), so a batch of many thousands does not
+        keep thousands of futures and their metadata alive until the flush: the
+        garbage collector's full passes cost in proportion to live objects.
+        """
         producer = self._healthy_producer()
         topic = self.topic
         send = producer.send
-        pending: list[Any] = []
+        out: list[Any] = []  # futures, then ids or errors
+        add = out.append
+        done = 0  # out[:done] holds ids or errors
+        pool = self._partitions(producer)
+        batch_size = self._driver.settings.batch_size
+        turn = random.randrange(len(pool)) if pool else 0
+        room = batch_size
         for message in messages:
             key = message.key
+            attributes = message.attributes
+            partition = None
+            if key is None and pool:  # sticky: fill one partition's batch, then the next
+                room -= len(message.body) + _RECORD_GUESS
+                if room < 0:
+                    turn += 1
+                    room = batch_size - len(message.body) - _RECORD_GUESS
+                partition = pool[turn % len(pool)]
             try:
-                pending.append(
+                add(
                     send(
                         topic,
                         value=message.body,
                         key=None if key is None else key.encode("utf-8"),
-                        headers=_headers(message.attributes) if message.attributes else None,
+                        headers=_headers(attributes) if attributes else None,
+                        partition=partition,
                     )
                 )
             except Exception as exc:
-                pending.append(_explained(exc, topic))
+                add(_explained(exc, topic))
+            if len(out) - done >= _HARVEST:
+                done = self._harvest(out, done, wait=False)
         producer.flush(timeout=remaining(self._wait))
-        out: list[str | BaseException] = []
-        for item in pending:
-            if isinstance(item, BaseException):
-                out.append(item)
-            elif item.is_done and item.exception is None:  # the common case, after the flush
+        self._harvest(out, done, wait=True)
+        return out
+
+    def _partitions(self, producer: Any) -> list[int]:
+        """The partitions a batch's keyless records may go to: those with a leader, else all.
+
+        ``publish_batch`` spreads keyless records as the Java client's sticky
+        partitioner does: each partition in turn gets about one producer batch
+        (``batch_size``) of them. Batches fill, fewer requests go out, and each
+        record skips kafka-python's per-record partitioner (a sort and a random
+        choice: about a microsecond). Empty when the metadata cannot be had:
+        then kafka-python's own partitioner chooses, record by record.
+        """
+        try:
+            every = producer.partitions_for(self.topic)
+            metadata = getattr(producer, "_metadata", None)
+            available = metadata.available_partitions_for_topic(self.topic) if metadata is not None else None
+        except Exception:  # send() reports the same trouble, record by record
+            return []
+        return sorted(available or every or ())
+
+    def _harvest(self, out: list[Any], start: int, *, wait: bool) -> int:
+        """Replace the futures in ``out[start:]`` by ids or errors, stopping at the first not
+        acknowledged yet unless ``wait``; return the index of the first future left."""
+        topic = self.topic
+        for i in range(start, len(out)):
+            item = out[i]
+            if isinstance(item, (str, BaseException)):
+                continue
+            if item.is_done and item.exception is None:  # the common case
                 metadata = item.value
-                out.append(f"{metadata.topic}/{metadata.partition}/{metadata.offset}")
+                out[i] = f"{metadata.topic}/{metadata.partition}/{metadata.offset}"
+            elif not wait and not item.is_done:
+                return i
             else:
                 try:
                     metadata = item.get(timeout=remaining(self._wait))
                 except Exception as exc:
-                    out.append(_explained(exc, topic))
+                    out[i] = _explained(exc, topic)
                 else:
-                    out.append(_record_id(metadata.topic, metadata.partition, metadata.offset))
-        return out
+                    out[i] = _record_id(metadata.topic, metadata.partition, metadata.offset)
+        return len(out)
 
     def close(self) -> None:
         with self._lock:
@@ -940,6 +1007,7 @@ class KafkaSubscription(SubscriptionDriver):
         """
         ready = self._ready.append
         token = self._tokens.__next__
+        fields = _record_fields()
         wall: int | None = None
         with self._state:
             last_ms, last_time = self._last_ms, self._last_time
@@ -949,7 +1017,8 @@ class KafkaSubscription(SubscriptionDriver):
                     continue  # revoked while the fetch was in flight
                 prefix = f"{tp.topic}/{tp.partition}/"
                 for record in progress.fetched_many(batch):
-                    if record.headers:
+                    offset, published, key, value, headers = fields(record)
+                    if headers:
                         delivery = self._delivery_with_headers(tp, record)
                         if delivery.due:
                             wall = _epoch_ms() if wall is None else wall
@@ -959,13 +1028,9 @@ class KafkaSubscription(SubscriptionDriver):
                                 continue
                         ready(delivery)
                         continue
-                    published = record.timestamp
                     if published != last_ms:  # records of one batch share it
                         last_ms = published
                         last_time = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
-                    key = record.key
-                    value = record.value
-                    offset = record.offset
                     ready(
                         _Delivery(
                             prefix + str(offset),
