@@ -60,7 +60,6 @@ Where providers differ (the capabilities say which applies):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import re
 import threading
@@ -513,7 +512,13 @@ class Message:
     @property
     def idempotency_key(self) -> str | None:
         """The publisher's ``idempotency_key``, or None."""
-        return self._delivery.attributes.get(IDEMPOTENCY_ATTRIBUTE)
+        return self.attributes.get(IDEMPOTENCY_ATTRIBUTE)
+
+    def _received(self) -> ReceivedMessage:
+        """This delivery in the driver protocol's terms, with the handle in force now."""
+        return ReceivedMessage(
+            self.id, self.body, self.attributes, self.key, self.publish_time, self.delivery_attempt, self._handle
+        )
 
     @property
     def settled(self) -> bool:
@@ -606,6 +611,61 @@ class Message:
             self._sub._dead_letter(self, reason, self._sub._dead_letter_target(None))
 
 
+class Delivery(Message):
+    """A :class:`Message` that a driver makes itself: one object per message received.
+
+    For receive paths that handle many thousands of messages a second (Kafka): a
+    driver's ``receive`` may return objects of a Delivery subclass instead of
+    :class:`~portable.driver.messaging.ReceivedMessage`, and the Subscription hands
+    them out as they are, instead of wrapping each in a Message (an object less
+    per message, for the allocator and the garbage collector). The subclass's
+    ``__init__`` sets the fields below; the Subscription sets the rest when it
+    receives them. A driver returns only Delivery objects or none.
+
+    Fields, read through the Message properties: ``_id``, ``_body``,
+    ``_attributes``, ``_key``, ``_published``, ``_attempt``, and ``_handle`` (the
+    driver's handle, as ReceivedMessage.handle).
+    """
+
+    __slots__ = ("_attempt", "_attributes", "_body", "_id", "_key", "_published")
+
+    _id: str
+    _body: bytes
+    _attributes: Mapping[str, str]
+    _key: str | None
+    _published: dt.datetime
+    _attempt: int
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def body(self) -> bytes:
+        return self._body
+
+    @property
+    def attributes(self) -> Mapping[str, str]:
+        return self._attributes
+
+    @property
+    def key(self) -> str | None:
+        return self._key
+
+    @property
+    def publish_time(self) -> dt.datetime:
+        return self._published
+
+    @property
+    def delivery_attempt(self) -> int:
+        return self._attempt
+
+    @property
+    def handle(self) -> Any:
+        """The driver's handle (as :attr:`ReceivedMessage.handle`)."""
+        return self._handle
+
+
 # ---------------------------------------------------------------- idempotency
 def default_idempotency_key(message: Message) -> str | None:
     """The key ``run()`` deduplicates on: ``portable.idempotency_key``, else a CloudEvent's source and id."""
@@ -618,6 +678,8 @@ def default_idempotency_key(message: Message) -> str | None:
 
 
 # ---------------------------------------------------------------- subscription
+
+
 class Subscription:
     """Receives messages from one subscription or queue. Thread-safe.
 
@@ -718,7 +780,14 @@ class Subscription:
             ask = min(batch, max_messages - len(out))
             got = self._guard.call("receive", self._what, fetch, ask, min(left, _MAX_WAIT_SLICE), lease_s)
             ends = time.monotonic() + lease_s
-            out += [Message(self, d, ends) for d in got]
+            if got and isinstance(got[0], Delivery):  # the driver made the messages: adopt them
+                for d in got:
+                    d._sub = self
+                    d._state = _LEASED
+                    d._lease_ends = ends
+                out += got
+            else:
+                out += [Message(self, d, ends) for d in cast("list[ReceivedMessage]", got)]
             if len(out) >= max_messages or (out and len(got) < ask):
                 return out
             if not out and time.monotonic() >= deadline:
@@ -785,7 +854,7 @@ class Subscription:
         if target is None:
             self._guard.call(
                 "ack", f"dead_letter {message.id}", self._driver_sub.dead_letter,
-                dataclasses.replace(message._delivery, handle=message._handle), _short(reason, 900),
+                message._received(), _short(reason, 900),
             )
         else:
             target._republish(message, reason, self.url)

@@ -87,9 +87,12 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import Classifier
+
+if TYPE_CHECKING:
+    from ..messaging import Delivery
 
 __all__ = [
     "IDEMPOTENCY_ATTRIBUTE",
@@ -324,8 +327,12 @@ class SubscriptionDriver(abc.ABC):
     """The receiving side of a URL: leases, acks and dead letters."""
 
     @abc.abstractmethod
-    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage] | list[Delivery]:
         """Lease up to ``max_messages`` messages for ``lease`` seconds.
+
+        Returns ReceivedMessage objects, or, where one object per message
+        matters (Kafka), objects of a :class:`portable.messaging.Delivery`
+        subclass, which the Subscription hands out without wrapping them.
 
         Waits up to about ``wait`` seconds for the first message (long poll)
         and may return fewer, or none, at any time. A leased message is not

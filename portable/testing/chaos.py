@@ -77,7 +77,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 from urllib.parse import urlencode
 
 from .._idempotency_core import without_options
@@ -100,6 +100,9 @@ from ..driver.storage import (
 )
 from ..errors import ErrorCode, InvalidURL, Unsupported
 from ..urls import Domain, ParsedURL, open_driver
+
+if TYPE_CHECKING:
+    from ..messaging import Delivery
 
 __all__ = [
     "ChaosController",
@@ -536,6 +539,8 @@ class _ChaosSubscription(SubscriptionDriver):
         return kind
 
     def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+        """The inner driver's deliveries as ReceivedMessage copies with chaos handles (so a
+        driver's own Delivery objects are copied too, and never handed out twice)."""
         self._raise_before("receive", "", _BEFORE)
         with self._lock:
             out = self._later[:max_messages]
@@ -545,18 +550,16 @@ class _ChaosSubscription(SubscriptionDriver):
             return out
         got = self._inner.receive(room, 0.0 if out else wait, lease)
         for m in got:
-            real = dataclasses.replace(m, handle=_Handle(m.handle, m.id))
+            real = _copy(m, _Handle(m.handle, m.id))
             kind = self._chaos.pick("deliver", m.id, ("duplicate", "reorder", "lease_expiry"))
             if kind == "lease_expiry":
                 # The lease runs out as the handler starts: the message is available again at
                 # once (another consumer may get it while this one works) and this delivery is stale.
                 with contextlib.suppress(Exception):
                     self._inner.nack(m.handle, 0.0)
-                out.append(dataclasses.replace(m, handle=_Handle(m.handle, m.id, stale=True)))
+                out.append(_copy(m, _Handle(m.handle, m.id, stale=True)))
             elif kind == "duplicate":
-                phantom = dataclasses.replace(
-                    m, handle=_Handle(m.handle, m.id, phantom=True), delivery_attempt=m.delivery_attempt + 1
-                )
+                phantom = _copy(m, _Handle(m.handle, m.id, phantom=True), m.delivery_attempt + 1)
                 out.append(real)
                 with self._lock:
                     self._later.append(phantom)
@@ -660,3 +663,11 @@ def chaos_of(obj: Any) -> ChaosController:
         if isinstance(found, ChaosStorage | ChaosMessaging):
             return found.chaos
     raise Unsupported(f"{obj!r} was not opened with a chaos+ URL")
+
+
+def _copy(m: ReceivedMessage | Delivery, handle: Any, attempt: int | None = None) -> ReceivedMessage:
+    """A ReceivedMessage with ``m``'s fields and another handle (and attempt)."""
+    return ReceivedMessage(
+        m.id, m.body, m.attributes, m.key, m.publish_time,
+        m.delivery_attempt if attempt is None else attempt, handle,
+    )  # fmt: skip

@@ -188,6 +188,7 @@ from portable.errors import (
     Unavailable,
     Unsupported,
 )
+from portable.messaging import Delivery
 from portable.resilience import remaining
 from portable.urls import ParsedURL, parse_url
 
@@ -725,23 +726,18 @@ def _release_parked_records(consumer: Any) -> None:
         fetcher._next_partition_records = None
 
 
-class _Delivery(ReceivedMessage):
-    """One delivery of a fetched record: the ReceivedMessage the portable layer sees and this
-    member's bookkeeping of it, in one object.
+class _Delivery(Delivery):
+    """One delivery of a fetched record: the Message the application gets and this member's
+    bookkeeping of it, in one object.
 
     A consumer handles many thousands of messages a second, and every object kept per
-    message in flight costs allocation and garbage-collector time, so there is one.
-    ``handle`` is an int token, new for every delivery: a later delivery of the same
+    message in flight costs allocation and garbage-collector time, so there is one (a
+    :class:`portable.messaging.Delivery`, which the Subscription hands out as it is).
+    ``_handle`` is an int token, new for every delivery: a later delivery of the same
     record is a new object with a new token, and a stale handle finds nothing.
     """
 
     __slots__ = ("batch", "due", "lease_ends", "offset", "raw_key", "tp")
-    # The message fields are set once, here; the bookkeeping slots change. Both dunders are
-    # object's own, so the type keeps C attribute stores: with the frozen dataclass's
-    # __delattr__ left in place, every store went through a Python-level call (1.08 against
-    # 0.23 us per object made).
-    __setattr__ = object.__setattr__
-    __delattr__ = object.__delattr__
 
     tp: Any  # kafka.TopicPartition
     offset: int
@@ -764,14 +760,13 @@ class _Delivery(ReceivedMessage):
         raw_key: bytes | None = None,
         due: float = 0.0,
     ) -> None:
-        # by hand, not the dataclass's frozen __init__: this runs once per message
-        self.id = id  # type: ignore[misc]
-        self.body = body  # type: ignore[misc]
-        self.attributes = attributes  # type: ignore[misc]
-        self.key = key  # type: ignore[misc]
-        self.publish_time = publish_time  # type: ignore[misc]
-        self.delivery_attempt = delivery_attempt  # type: ignore[misc]
-        self.handle = handle  # type: ignore[misc]
+        self._id = id
+        self._body = body
+        self._attributes = attributes
+        self._key = key
+        self._published = publish_time
+        self._attempt = delivery_attempt
+        self._handle = handle
         self.tp = tp
         self.offset = offset
         self.raw_key = raw_key
@@ -915,8 +910,8 @@ class KafkaSubscription(SubscriptionDriver):
                 self._paused.discard(tp)
             for delivery in [d for d in self._leased.values() if d.tp in gone]:
                 self._unlease(delivery)  # its lease batch skips it when the lease ends
-                if delivery.key is not None:
-                    self._busy_keys.discard(delivery.key)
+                if delivery._key is not None:
+                    self._busy_keys.discard(delivery._key)
             self._ready = deque(d for d in self._ready if d.tp not in gone)
             self._held = [h for h in self._held if h[2].tp not in gone]
             heapq.heapify(self._held)
@@ -973,7 +968,7 @@ class KafkaSubscription(SubscriptionDriver):
                 self._poll_lock.release()
 
     # -- receive -------------------------------------------------------------------
-    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[_Delivery]:  # type: ignore[override]
         deadline = time.monotonic() + wait
         with self._poll_lock:
             if self._closed:
@@ -1092,10 +1087,10 @@ class KafkaSubscription(SubscriptionDriver):
             next(self._tokens), old.tp, old.offset, old.raw_key, 0.0,
         )  # fmt: skip
 
-    def _take(self, max_messages: int, lease: float) -> list[ReceivedMessage]:
+    def _take(self, max_messages: int, lease: float) -> list[_Delivery]:
         """Deliver up to ``max_messages`` ready records, one in flight per key (caller holds _poll_lock)."""
         now = time.monotonic()
-        out: list[ReceivedMessage] = []
+        taken: list[_Delivery] = []
         with self._state:
             if self._leases and self._leases[0][0] <= now:
                 self._expire(now)
@@ -1107,17 +1102,16 @@ class KafkaSubscription(SubscriptionDriver):
                 self._ready.append(heapq.heappop(held)[2])
             ready = self._ready
             if not ready:
-                return out
+                return taken
             busy = self._busy_keys
             leased = self._leased
             ends = now + lease
             lease_batch = _LeaseBatch(ends, _NOTHING)
-            taken: list[_Delivery] = []
             take = ready.popleft
             add = taken.append
             while ready and len(taken) < max_messages:
                 delivery = take()
-                key = delivery.key
+                key = delivery._key
                 if key is not None:
                     if key in busy:
                         self._waiting.setdefault(key, deque()).append(delivery)
@@ -1125,14 +1119,13 @@ class KafkaSubscription(SubscriptionDriver):
                     busy.add(key)
                 delivery.lease_ends = ends
                 delivery.batch = lease_batch
-                leased[delivery.handle] = delivery
+                leased[delivery._handle] = delivery
                 add(delivery)
             if taken:
                 lease_batch.items = taken
                 lease_batch.left = len(taken)
                 heapq.heappush(self._leases, (ends, next(self._seq), lease_batch))
-                out.extend(taken)
-        return out
+        return taken
 
     def _expire(self, now: float) -> None:
         """Take back deliveries whose lease ended; they go first, ahead of their key (caller holds _state)."""
@@ -1142,7 +1135,7 @@ class KafkaSubscription(SubscriptionDriver):
         while leases and leases[0][0] <= now:
             batch: _LeaseBatch = heapq.heappop(leases)[2]
             for delivery in batch.items:
-                if leased.get(delivery.handle) is not delivery:
+                if leased.get(delivery._handle) is not delivery:
                     continue  # settled, or its partition left
                 if delivery.lease_ends > now:  # extended: look again then
                     batch.left -= 1
@@ -1150,8 +1143,8 @@ class KafkaSubscription(SubscriptionDriver):
                     heapq.heappush(leases, (single.ends, next(self._seq), single))
                     continue
                 self._unlease(delivery)
-                if delivery.key is not None:
-                    self._busy_keys.discard(delivery.key)
+                if delivery._key is not None:
+                    self._busy_keys.discard(delivery._key)
                 expired.append(self._again(delivery))
             batch.items = _NOTHING
         if expired:
@@ -1197,7 +1190,7 @@ class KafkaSubscription(SubscriptionDriver):
 
     def _unlease(self, delivery: _Delivery) -> None:
         """Take ``delivery`` out of the leased set; its batch lets go when it was the last (caller holds _state)."""
-        del self._leased[delivery.handle]
+        del self._leased[delivery._handle]
         batch = delivery.batch
         batch.left -= 1
         if not batch.left:
@@ -1207,8 +1200,8 @@ class KafkaSubscription(SubscriptionDriver):
         """Mark ``delivery`` done and let the next message of its key go (caller holds _state)."""
         self._unlease(delivery)
         self._progress[delivery.tp].settle(delivery.offset)
-        if delivery.key is not None:
-            self._release_key(delivery.key)
+        if delivery._key is not None:
+            self._release_key(delivery._key)
 
     def _release_key(self, key: str) -> None:
         """The message of ``key`` in flight was settled: the key's next one goes first (caller holds _state)."""
@@ -1251,8 +1244,8 @@ class KafkaSubscription(SubscriptionDriver):
                 if not batch.left:
                     batch.items = _NOTHING
                 progress[delivery.tp].settle(delivery.offset)
-                if delivery.key is not None:
-                    self._release_key(delivery.key)
+                if delivery._key is not None:
+                    self._release_key(delivery._key)
         self._commit_soon()
         return out
 
@@ -1276,8 +1269,8 @@ class KafkaSubscription(SubscriptionDriver):
     def _redeliver_locally(self, delivery: _Delivery, delay: float) -> None:
         """retry_topic=none: hold the record here, its offset uncommitted, and deliver it again later."""
         self._unlease(delivery)
-        if delivery.key is not None:
-            self._busy_keys.discard(delivery.key)
+        if delivery._key is not None:
+            self._busy_keys.discard(delivery._key)
         again = self._again(delivery)
         again.due = time.monotonic() + delay
         heapq.heappush(self._held, (again.due, next(self._seq), again))
