@@ -23,7 +23,6 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,47 +31,19 @@ from portable import cli
 from portable.compute import Launcher
 from portable.config import load_profile
 from portable.embedded.localjobs import LocalLauncher
+from tests.docs_pages import Block, enter_workdir
+from tests.docs_pages import blocks as page_blocks
 
 from .conftest import process_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "compute.md"
 BENCH = ROOT / "bench" / "results" / "jobs.md"
-_FENCE = re.compile(
-    r"^(?:<!-- (\w+): ([^>]*?) -->\n)?```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL
-)
-_ENVIRONMENT = (
-    "PORTABLE_CONFIG",
-    "PORTABLE_PROFILE",
-    "PORTABLE_STORAGE_URL",
-    "PORTABLE_QUEUE_URL",
-    "PORTABLE_JOBS_URL",
-    "PORTABLE_DEAD_LETTER_URL",
-    "PORTABLE_IDEMPOTENCY_URL",
-)
 _RUN_DASK = os.environ.get("PORTABLE_TEST_DASK_DOCS") == "1"
 
 
-@dataclass(frozen=True)
-class Block:
-    line: int  # of the first code line
-    language: str
-    code: str
-    marker: tuple[str, str] | None  # ("file", "sum_job.py"), ("needs", "dask")
-
-
 def blocks(language: str) -> list[Block]:
-    text = PAGE.read_text(encoding="utf-8")
-    return [
-        Block(
-            text.count("\n", 0, m.start(4)) + 1,
-            m.group(3),
-            m.group(4),
-            (m.group(1), m.group(2).strip()) if m.group(1) else None,
-        )
-        for m in _FENCE.finditer(text)
-        if m.group(3) == language
-    ]
+    return page_blocks(PAGE, language)
 
 
 PYTHON = blocks("python")
@@ -93,12 +64,7 @@ def stop_supervisors(folder: Path) -> None:
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh working folder with the page's TOML as portable.toml and its files; no PORTABLE_* overrides."""
-    for name in _ENVIRONMENT:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    config = tmp_path / "portable.toml"
-    config.write_text("\n".join(b.code for b in blocks("toml")), encoding="utf-8")
-    monkeypatch.setenv("PORTABLE_CONFIG", str(config))
+    enter_workdir(PAGE, tmp_path, monkeypatch)
     for name, code in FILES.items():
         (tmp_path / name).write_text(code, encoding="utf-8")
     try:

@@ -16,39 +16,20 @@ import pytest
 
 from portable import cli
 from portable.config import load_profile
+from tests.docs_pages import DOCS, Block, blocks, enter_workdir, run_block
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "messaging.md"
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-_ENVIRONMENT = (
-    "PORTABLE_CONFIG",
-    "PORTABLE_PROFILE",
-    "PORTABLE_STORAGE_URL",
-    "PORTABLE_QUEUE_URL",
-    "PORTABLE_JOBS_URL",
-    "PORTABLE_DEAD_LETTER_URL",
-    "PORTABLE_IDEMPOTENCY_URL",
-)
+PAGE = DOCS / "messaging.md"
 
 
 def fenced(language: str) -> list[tuple[int, str]]:
     """(line number of the first code line, code) of each block fenced as ``language``."""
-    text = PAGE.read_text(encoding="utf-8")
-    return [
-        (text.count("\n", 0, m.start(2)) + 1, m.group(2))
-        for m in _FENCE.finditer(text)
-        if m.group(1) == language
-    ]
+    return [(b.line, b.code) for b in blocks(PAGE, language)]
 
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh working folder holding the page's TOML as portable.toml; no PORTABLE_* overrides."""
-    for name in _ENVIRONMENT:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    config = tmp_path / "portable.toml"
-    config.write_text("\n".join(code for _, code in fenced("toml")), encoding="utf-8")
-    monkeypatch.setenv("PORTABLE_CONFIG", str(config))
+    enter_workdir(PAGE, tmp_path, monkeypatch)
     return tmp_path
 
 
@@ -68,10 +49,9 @@ def test_blocks_do_not_share_memory_queues() -> None:
             assert owner.setdefault(name, line) == line, f"mem://{name} is used at lines {owner[name]} and {line}"
 
 
-@pytest.mark.parametrize(("line", "code"), PYTHON, ids=[f"line{line}" for line, _ in PYTHON])
-def test_python_block_runs(line: int, code: str, workdir: Path) -> None:
-    program = compile("\n" * (line - 1) + code, str(PAGE), "exec")
-    exec(program, {"__name__": f"docs_messaging_line{line}"})
+@pytest.mark.parametrize("block", blocks(PAGE, "python"), ids=lambda b: f"line{b.line}")
+def test_python_block_runs(block: Block, workdir: Path) -> None:
+    run_block(PAGE, block)
 
 
 def test_the_toml_is_a_valid_profile(workdir: Path) -> None:
