@@ -605,7 +605,11 @@ class Guard:
     def _call_bounded(
         self, op_class: str, what: str, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
-        """``call`` with the policy's own deadline and per-attempt timeout in force."""
+        """``call`` with the policy's own deadline and per-attempt timeout in force.
+
+        Its body repeats ``call``'s first attempt on purpose: a shared helper would add a
+        Python call to every guarded operation's success path (0.30 us, bench/resilience_bench.py).
+        """
         policy = self.policy
         dtoken = None
         if policy.deadline is not None:
