@@ -4,6 +4,7 @@ killed with SIGKILL, and sizes over the broker's limit."""
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import signal
 import subprocess
@@ -288,3 +289,22 @@ def test_settled_messages_are_not_kept_until_their_lease_would_end(
         assert not driver._leases, "fully settled lease batches stay in the heap"
     finally:
         sub.close()
+
+
+def test_a_keyless_batch_fills_partitions_in_turn_and_keys_keep_theirs(
+    kafka_broker: EmulatorInfo, unique_name: str
+) -> None:
+    """publish_batch spreads keyless records as the Java client's sticky partitioner does (about
+    one producer batch per partition in turn); keyed records still go where their key hashes."""
+    url = group_url(kafka_broker, unique_name, partitions=3)
+    with pm.open_topic(url, policy=QUICK) as topic:
+        ids = topic.publish_batch([b"x" * 100] * 3000)  # about 6 producer batches of 64 KiB
+        partitions = [int(i.split("/")[1]) for i in ids]
+        assert set(partitions) == {0, 1, 2}
+        runs = sum(1 for a, b in itertools.pairwise(partitions) if a != b)
+        assert runs <= 10, f"keyless records should go in runs of about a batch, got {runs + 1} runs"
+        keyed = topic.publish_batch([pm.OutgoingMessage(b"k", key=f"k{i % 5}") for i in range(50)])
+        single = [topic.publish(b"k", key=f"k{i}") for i in range(5)]
+    by_key = {f"k{i}": {int(x.split("/")[1]) for x in keyed[i::5]} for i in range(5)}
+    assert all(len(found) == 1 for found in by_key.values()), by_key
+    assert [by_key[f"k{i}"] for i in range(5)] == [{int(s.split("/")[1])} for s in single]
