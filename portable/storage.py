@@ -634,6 +634,64 @@ class Bucket:
                 if isinstance(result, BaseException):
                     self._settle("write", f"delete {key}", result, self._driver.delete, key)
 
+    def copy_many(self, pairs: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str | None]:
+        """Copy many objects concurrently, server-side where the provider can; return each
+        destination key's etag (None where the provider does not say).
+
+        ``pairs`` maps source keys to destination keys (or is ``(source, destination)``
+        pairs). Every key is checked before anything is copied, and a destination may
+        appear only once. Each copy is retried on its own; a missing source raises
+        NotFound naming it. The first copy that still fails raises; copies of earlier
+        batches are done by then, and copies of its batch may be.
+        """
+        items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
+        checked = [(check_key(src, self._max_key), check_key(dst, self._max_key)) for src, dst in items]
+        targets = [dst for _, dst in checked]
+        if len(set(targets)) != len(targets):
+            twice = next(dst for dst in targets if targets.count(dst) > 1)
+            raise InvalidArgument(f"copy_many: destination {twice[:200]!r} appears more than once")
+        out: dict[str, str | None] = {}
+        for chunk in _chunks(checked):
+            source_of = {dst: src for src, dst in chunk}
+            for dst, result in self._driver.copy_many(chunk):
+                if isinstance(result, BaseException):
+                    src = source_of[dst]
+                    result = self._settle("write", f"copy {src} -> {dst}", result, self._driver.copy, src, dst)
+                out[dst] = result
+        return out
+
+    def copy_prefix(self, src_prefix: str, dst_prefix: str) -> int:
+        """Copy every object under ``src_prefix`` to the same key under ``dst_prefix``; return how many.
+
+        Server-side where the provider can, :meth:`copy_many` a listing page at a
+        time (so any number of objects streams through bounded memory). The two
+        prefixes must not overlap (one a prefix of the other): the copies would be
+        listed again. Not a snapshot: an object written under ``src_prefix`` while
+        it runs may or may not be copied.
+
+        Raises:
+            InvalidArgument: the prefixes overlap (before any request).
+            InvalidKey: a destination key would be invalid (too long); objects of
+                earlier pages are copied by then.
+        """
+        src = _check_prefix(src_prefix)
+        dst = _check_prefix(dst_prefix)
+        if src.startswith(dst) or dst.startswith(src):
+            raise InvalidArgument(
+                f"copy_prefix: {src!r} and {dst!r} overlap (one is a prefix of the other); "
+                "copy to a prefix outside the source"
+            )
+        copied = 0
+        batch: list[tuple[str, str]] = []
+        for info in self.list(src, page_size=1000):
+            batch.append((info.key, dst + info.key[len(src) :]))
+            if len(batch) >= 1000:
+                copied += len(self.copy_many(batch))
+                batch = []
+        if batch:
+            copied += len(self.copy_many(batch))
+        return copied
+
     def _settle(self, op_class: str, what: str, first: BaseException, fn: Any, *args: Any) -> Any:
         """Classify a batch item's failure; retry it alone if retryable. NotFound -> None."""
         err = self._guard.wrap(what, first)

@@ -425,6 +425,38 @@ class StorageContract:
             bucket.get_many(["have", "lack"])
         assert bucket.get_many(["have", "lack"], missing_ok=True) == {"have": b"1"}
 
+    def test_copy_many_copies_each_pair(self, bucket: Bucket) -> None:
+        items = {f"cm/src/{i}": f"c{i}".encode() for i in range(12)}
+        bucket.put_many(items)
+        pairs = {src: src.replace("/src/", "/dst/") for src in items}
+        etags = bucket.copy_many(pairs)
+        assert set(etags) == set(pairs.values())
+        assert bucket.get_many(pairs.values()) == {pairs[k]: v for k, v in items.items()}
+        assert bucket.get_many(items) == items, "the sources must stay"
+
+    def test_copy_many_of_a_missing_source_raises_not_found(self, bucket: Bucket) -> None:
+        bucket.put("cm/have", b"1")
+        with pytest.raises(NotFound, match="cm/lack"):
+            bucket.copy_many([("cm/have", "cm/have2"), ("cm/lack", "cm/lack2")])
+        assert not bucket.exists("cm/lack2")
+
+    def test_copy_many_refuses_a_destination_twice_before_any_request(self, bucket: Bucket) -> None:
+        with pytest.raises(InvalidArgument, match="more than once"):
+            bucket.copy_many([("cm/a", "cm/same"), ("cm/b", "cm/same")])
+
+    def test_copy_prefix_copies_every_object_under_it(self, bucket: Bucket) -> None:
+        bucket.put_many({"cp/src/1": b"1", "cp/src/2": b"2", "cp/src/deep/3": b"3", "cp/other/4": b"4"})
+        assert bucket.copy_prefix("cp/src/", "cp/dst/") == 3
+        assert sorted(e.key for e in bucket.list("cp/dst/")) == ["cp/dst/1", "cp/dst/2", "cp/dst/deep/3"]
+        assert bucket.get("cp/dst/deep/3") == b"3"
+        assert sorted(e.key for e in bucket.list("cp/src/")) == ["cp/src/1", "cp/src/2", "cp/src/deep/3"]
+        assert bucket.copy_prefix("cp/none/", "cp/empty/") == 0
+
+    def test_copy_prefix_refuses_overlapping_prefixes(self, bucket: Bucket) -> None:
+        for src, dst in (("cp/", "cp/x/"), ("cp/x/", "cp/"), ("cp/", "cp/"), ("", "cp/")):
+            with pytest.raises(InvalidArgument, match="overlap"):
+                bucket.copy_prefix(src, dst)
+
     # -- signed URLs --------------------------------------------------------------
     def test_signed_urls_allow_get_and_put(self, bucket: Bucket) -> None:
         if not bucket.capabilities.signed_urls:

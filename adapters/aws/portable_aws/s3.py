@@ -351,6 +351,10 @@ class S3Storage(AWSClassifier, StorageDriver):
         results = self._run(self._delete_batches, keys)
         yield from zip(keys, results, strict=True)
 
+    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
+        results = self._run(self._gather, self._copy, pairs)
+        yield from zip((dst for _, dst in pairs), results, strict=True)
+
     async def _gather(self, fn: Callable[..., Awaitable[T]], calls: list[tuple[Any, ...]]) -> list[T | BaseException]:
         await self._s3()
         limit = asyncio.Semaphore(self.batch_concurrency)

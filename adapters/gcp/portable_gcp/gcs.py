@@ -558,6 +558,12 @@ class GCSStorage(StorageDriver):
     def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
         yield from zip(keys, self._gather(self._adelete, keys), strict=True)
 
+    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
+        async def one(pair: tuple[str, str]) -> str:
+            return await self._acopy(pair[0], pair[1])
+
+        yield from zip((dst for _, dst in pairs), self._gather(one, pairs), strict=True)
+
     # -- signed URLs, escape hatches ---------------------------------------------
     def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None

@@ -607,6 +607,14 @@ class ObstoreStorage(StorageDriver):
 
         yield from zip(keys, self._batch(one, keys), strict=True)
 
+    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
+        store, root = self.store, self._root
+
+        async def one(pair: tuple[str, str]) -> None:
+            await obstore.copy_async(store, root + pair[0], root + pair[1])
+
+        yield from zip((dst for _, dst in pairs), self._batch(one, pairs), strict=True)
+
     # -- errors ---------------------------------------------------------
     def code_of(self, exc: BaseException) -> ErrorCode:
         if isinstance(exc, PortableError):
