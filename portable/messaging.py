@@ -514,12 +514,6 @@ class Message:
         """The publisher's ``idempotency_key``, or None."""
         return self.attributes.get(IDEMPOTENCY_ATTRIBUTE)
 
-    def _received(self) -> ReceivedMessage:
-        """This delivery in the driver protocol's terms, with the handle in force now."""
-        return ReceivedMessage(
-            self.id, self.body, self.attributes, self.key, self.publish_time, self.delivery_attempt, self._handle
-        )
-
     @property
     def settled(self) -> bool:
         """Whether it was acked, nacked or dead-lettered."""
@@ -622,9 +616,9 @@ class Delivery(Message):
     ``__init__`` sets the fields below; the Subscription sets the rest when it
     receives them. A driver returns only Delivery objects or none.
 
-    Fields, read through the Message properties: ``_id``, ``_body``,
-    ``_attributes``, ``_key``, ``_published``, ``_attempt``, and ``_handle`` (the
-    driver's handle, as ReceivedMessage.handle).
+    The fields a subclass sets, behind the same read-only properties as Message's:
+    ``_id``, ``_body``, ``_attributes``, ``_key``, ``_published``, ``_attempt``,
+    and ``_handle`` (the driver's handle, as ReceivedMessage.handle).
     """
 
     __slots__ = ("_attempt", "_attributes", "_body", "_id", "_key", "_published")
@@ -854,7 +848,7 @@ class Subscription:
         if target is None:
             self._guard.call(
                 "ack", f"dead_letter {message.id}", self._driver_sub.dead_letter,
-                message._received(), _short(reason, 900),
+                ReceivedMessage.like(message, message._handle), _short(reason, 900),
             )
         else:
             target._republish(message, reason, self.url)

@@ -259,6 +259,15 @@ class ReceivedMessage:
         _set_in_delivery_attempt(self, delivery_attempt)
         _set_in_handle(self, handle)
 
+    @classmethod
+    def like(cls, message: Any, handle: Any, delivery_attempt: int | None = None) -> ReceivedMessage:
+        """A ReceivedMessage with ``message``'s fields (any object that has them: a
+        ReceivedMessage, a portable Message) and another handle, and attempt if given."""
+        return cls(
+            message.id, message.body, message.attributes, message.key, message.publish_time,
+            message.delivery_attempt if delivery_attempt is None else delivery_attempt, handle,
+        )  # fmt: skip
+
 
 # the frozen classes' slot setters, for their __init__ (looked up after @dataclass made the slots)
 _set_out_body = OutgoingMessage.__dict__["body"].__set__

@@ -70,14 +70,13 @@ endpoint's (the endpoint is ``chaos+<inner endpoint>``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import hashlib
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, Any, Literal
 from urllib.parse import urlencode
 
 from .._idempotency_core import without_options
@@ -100,9 +99,6 @@ from ..driver.storage import (
 )
 from ..errors import ErrorCode, InvalidURL, Unsupported
 from ..urls import Domain, ParsedURL, open_driver
-
-if TYPE_CHECKING:
-    from ..messaging import Delivery
 
 __all__ = [
     "ChaosController",
@@ -550,16 +546,16 @@ class _ChaosSubscription(SubscriptionDriver):
             return out
         got = self._inner.receive(room, 0.0 if out else wait, lease)
         for m in got:
-            real = _copy(m, _Handle(m.handle, m.id))
+            real = ReceivedMessage.like(m, _Handle(m.handle, m.id))
             kind = self._chaos.pick("deliver", m.id, ("duplicate", "reorder", "lease_expiry"))
             if kind == "lease_expiry":
                 # The lease runs out as the handler starts: the message is available again at
                 # once (another consumer may get it while this one works) and this delivery is stale.
                 with contextlib.suppress(Exception):
                     self._inner.nack(m.handle, 0.0)
-                out.append(_copy(m, _Handle(m.handle, m.id, stale=True)))
+                out.append(ReceivedMessage.like(m, _Handle(m.handle, m.id, stale=True)))
             elif kind == "duplicate":
-                phantom = _copy(m, _Handle(m.handle, m.id, phantom=True), m.delivery_attempt + 1)
+                phantom = ReceivedMessage.like(m, _Handle(m.handle, m.id, phantom=True), m.delivery_attempt + 1)
                 out.append(real)
                 with self._lock:
                     self._later.append(phantom)
@@ -618,7 +614,7 @@ class _ChaosSubscription(SubscriptionDriver):
             return
         self._check_stale(h)
         self._raise_before("dead_letter", h.message_id, _BEFORE)
-        self._inner.dead_letter(dataclasses.replace(message, handle=h.inner), reason)
+        self._inner.dead_letter(ReceivedMessage.like(message, h.inner), reason)
 
     def dead_letter_url(self) -> str | None:
         return self._inner.dead_letter_url()
@@ -664,10 +660,3 @@ def chaos_of(obj: Any) -> ChaosController:
             return found.chaos
     raise Unsupported(f"{obj!r} was not opened with a chaos+ URL")
 
-
-def _copy(m: ReceivedMessage | Delivery, handle: Any, attempt: int | None = None) -> ReceivedMessage:
-    """A ReceivedMessage with ``m``'s fields and another handle (and attempt)."""
-    return ReceivedMessage(
-        m.id, m.body, m.attributes, m.key, m.publish_time,
-        m.delivery_attempt if attempt is None else attempt, handle,
-    )  # fmt: skip

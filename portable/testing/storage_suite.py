@@ -168,7 +168,8 @@ class StorageContract:
             bucket.get("d.txt")
 
     def test_delete_of_a_missing_key_is_not_an_error(self, bucket: Bucket) -> None:
-        bucket.delete("never/existed")
+        bucket.delete("never/existed")  # raises nothing
+        assert not bucket.exists("never/existed")
 
     def test_copy_copies_content_and_type(self, bucket: Bucket) -> None:
         bucket.put("src.txt", b"payload", content_type="text/plain", metadata={"k": "v"})

@@ -48,14 +48,6 @@ class PartitionProgress:
         """How many fetched offsets are not settled."""
         return len(self._open)
 
-    def fetched(self, offset: int) -> bool:
-        """Record a fetched offset; False for one at or below the last fetched (a refetch)."""
-        if (self._order and offset <= self._order[-1]) or (self.safe is not None and offset < self.safe):
-            return False
-        self._order.append(offset)
-        self._open.add(offset)
-        return True
-
     def fetched_many(self, records: list[Any]) -> list[Any]:
         """Record a fetch of one partition (ascending offsets, as Kafka returns them); return the
         records that are new, dropping those at or below the last fetched (a refetch)."""

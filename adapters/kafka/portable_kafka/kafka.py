@@ -680,23 +680,21 @@ class KafkaTopic(TopicDriver):
     def _harvest(self, out: list[Any], start: int, *, wait: bool) -> int:
         """Replace the futures in ``out[start:]`` by ids or errors, stopping at the first not
         acknowledged yet unless ``wait``; return the index of the first future left."""
-        topic = self.topic
         for i in range(start, len(out)):
             item = out[i]
-            if isinstance(item, (str, BaseException)):
+            if isinstance(item, str | BaseException):
                 continue
-            if item.is_done and item.exception is None:  # the common case
-                metadata = item.value
-                out[i] = f"{metadata.topic}/{metadata.partition}/{metadata.offset}"
-            elif not wait and not item.is_done:
+            if not item.is_done and not wait:
                 return i
-            else:
-                try:
-                    metadata = item.get(timeout=remaining(self._wait))
-                except Exception as exc:
-                    out[i] = _explained(exc, topic)
+            try:
+                if item.is_done and item.exception is None:
+                    metadata = item.value  # the common case, without get()'s timer
                 else:
-                    out[i] = _record_id(metadata.topic, metadata.partition, metadata.offset)
+                    metadata = item.get(timeout=remaining(self._wait))
+            except Exception as exc:
+                out[i] = _explained(exc, self.topic)
+            else:
+                out[i] = _record_id(metadata.topic, metadata.partition, metadata.offset)
         return len(out)
 
     def close(self) -> None:
@@ -781,10 +779,9 @@ class _LeaseBatch:
     alive (its body included) until its lease would have ended.
     """
 
-    __slots__ = ("ends", "items", "left")
+    __slots__ = ("items", "left")
 
-    def __init__(self, ends: float, items: list[_Delivery]) -> None:
-        self.ends = ends
+    def __init__(self, items: list[_Delivery]) -> None:
         self.items = items
         self.left = len(items)
 
@@ -1106,7 +1103,7 @@ class KafkaSubscription(SubscriptionDriver):
             busy = self._busy_keys
             leased = self._leased
             ends = now + lease
-            lease_batch = _LeaseBatch(ends, _NOTHING)
+            lease_batch = _LeaseBatch(taken)
             take = ready.popleft
             add = taken.append
             while ready and len(taken) < max_messages:
@@ -1122,7 +1119,6 @@ class KafkaSubscription(SubscriptionDriver):
                 leased[delivery._handle] = delivery
                 add(delivery)
             if taken:
-                lease_batch.items = taken
                 lease_batch.left = len(taken)
                 heapq.heappush(self._leases, (ends, next(self._seq), lease_batch))
         return taken
@@ -1139,8 +1135,8 @@ class KafkaSubscription(SubscriptionDriver):
                     continue  # settled, or its partition left
                 if delivery.lease_ends > now:  # extended: look again then
                     batch.left -= 1
-                    single = delivery.batch = _LeaseBatch(delivery.lease_ends, [delivery])
-                    heapq.heappush(leases, (single.ends, next(self._seq), single))
+                    delivery.batch = _LeaseBatch([delivery])
+                    heapq.heappush(leases, (delivery.lease_ends, next(self._seq), delivery.batch))
                     continue
                 self._unlease(delivery)
                 if delivery._key is not None:
@@ -1231,21 +1227,13 @@ class KafkaSubscription(SubscriptionDriver):
         handles = list(handles)
         out: list[BaseException | None] = [None] * len(handles)
         leased = self._leased
-        progress = self._progress
         with self._state:
             for i, handle in enumerate(handles):
-                delivery = leased.pop(handle, None)
+                delivery = leased.get(handle)
                 if delivery is None:
                     out[i] = _LostLease("the message is no longer leased here", provider="kafka")
-                    continue
-                # _settle, inline: this runs once per message
-                batch = delivery.batch
-                batch.left -= 1
-                if not batch.left:
-                    batch.items = _NOTHING
-                progress[delivery.tp].settle(delivery.offset)
-                if delivery._key is not None:
-                    self._release_key(delivery._key)
+                else:
+                    self._settle(delivery)
         self._commit_soon()
         return out
 

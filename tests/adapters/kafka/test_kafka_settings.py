@@ -18,13 +18,20 @@ from portable.errors import ConfigError, DeadlineExceeded, InvalidURL, Unavailab
 from portable.resilience import ResiliencePolicy, RetryPolicy, deadline
 from portable.urls import parse_url
 
+
 # ---------------------------------------------------------------- offsets
+class Record:  # what fetched_many reads of a kafka-python ConsumerRecord
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+def fetched(p: PartitionProgress, *offsets: int) -> list[int]:
+    return [r.offset for r in p.fetched_many([Record(o) for o in offsets])]
 
 
 def test_commit_point_moves_only_over_contiguous_settled_offsets() -> None:
     p = PartitionProgress(epoch=1)
-    for offset in (10, 11, 12, 13):
-        assert p.fetched(offset)
+    assert fetched(p, 10, 11, 12, 13) == [10, 11, 12, 13]
     assert p.to_commit() is None
     assert p.settle(11) and p.settle(13)
     assert p.to_commit() is None, "an offset above an unsettled one must not be committed"
@@ -38,17 +45,17 @@ def test_commit_point_moves_only_over_contiguous_settled_offsets() -> None:
 
 def test_offset_gaps_and_refetches() -> None:
     p = PartitionProgress(epoch=1)
-    for offset in (5, 9, 20):  # compaction and transaction markers leave gaps
-        p.fetched(offset)
-    assert not p.fetched(9), "a refetched offset is not tracked twice"
+    assert fetched(p, 5, 9, 20) == [5, 9, 20]  # compaction and transaction markers leave gaps
+    assert fetched(p, 9, 20, 21) == [21], "a refetched offset is not tracked twice"
     p.settle(5)
     assert p.to_commit() == 6
     p.settle(20)
     p.settle(9)
-    assert p.to_commit() == 21
+    p.settle(21)
+    assert p.to_commit() == 22
     assert not p.settle(9), "settling twice is refused"
     assert not p.settle(99), "an offset never fetched is refused"
-    assert not p.fetched(4), "an offset below the commit point is not fetched again"
+    assert fetched(p, 4) == [], "an offset below the commit point is not fetched again"
 
 
 # ---------------------------------------------------------------- URLs
