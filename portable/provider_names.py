@@ -1,9 +1,9 @@
 """Naming rules of the cloud providers, shared by every engine of a scheme.
 
 Pure string checks with no SDK behind them, so that the fsspec and obstore
-engines of ``s3://``, ``gs://`` and ``az://`` accept exactly the same names and
-store metadata in exactly the same form (each engine reads the other's
-objects). Each check returns the name or raises
+engines of ``s3://``, ``gs://`` and ``az://`` accept exactly the same names
+and URLs, and store metadata in exactly the same form (each engine reads the
+other's objects). Each check returns the name or raises
 :class:`~portable.errors.InvalidURL` saying what a valid name looks like,
 before any request is sent.
 """
@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import TYPE_CHECKING, NamedTuple
 
 from .errors import InvalidURL
 
+if TYPE_CHECKING:
+    from .urls import ParsedURL
+
 __all__ = [
+    "AzureBlobURL",
     "check_azure_account_name",
     "check_azure_container_or_queue_name",
     "check_gcs_bucket_name",
     "check_s3_bucket_name",
     "decode_azure_metadata_name",
     "encode_azure_metadata_name",
+    "parse_azure_blob_url",
+    "reject_azure_inline_secrets",
 ]
 
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -116,3 +123,84 @@ def decode_azure_metadata_name(name: str) -> str:
             out.append(body[i])
             i += 1
     return "".join(out)
+
+
+# ---------------------------------------------------------------- Azure URLs
+_AZURE_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(?:dfs|blob)\.(?P<suffix>.+)$")
+#: URL options that would put a secret into a URL, and where the secret goes instead.
+_AZURE_INLINE_SECRETS = {
+    "connection_string": "connection_string_env",
+    "account_key": "account_key_env",
+    "accountkey": "account_key_env",
+    "key": "account_key_env",
+    "sas_token": "sas_token_env",
+    "sas": "sas_token_env",
+    "sig": "sas_token_env",
+    "client_secret": "the AZURE_CLIENT_SECRET environment variable (auth=identity)",
+    "password": "account_key_env",
+}
+
+
+def reject_azure_inline_secrets(url: ParsedURL) -> None:
+    """Refuse an Azure URL that carries a secret: URLs end up in logs and configuration files."""
+    for name in url.options:
+        hint = _AZURE_INLINE_SECRETS.get(name.lower())
+        if hint is not None:
+            raise InvalidURL(
+                f"{url}: option {name} would put a secret in the URL, which gets logged; "
+                f"put it in an environment variable and name the variable with {hint}=VAR"
+            )
+    if ":" in url.netloc.rpartition("@")[0]:
+        raise InvalidURL(f"{url}: a password in the URL is not accepted; use account_key_env=VAR")
+
+
+class AzureBlobURL(NamedTuple):
+    """Where an ``az://`` / ``abfs://`` URL points, as both Azure engines read it."""
+
+    container: str
+    account: str | None  #: ``account=``, else the ADLS host's account, else None (from the credentials)
+    endpoint: str | None  #: ``blob_endpoint=`` / ``endpoint_url=``, else the ADLS host's blob endpoint
+    max_concurrency: int
+    timeout: float
+    connection_timeout: float
+
+
+def parse_azure_blob_url(url: ParsedURL) -> AzureBlobURL:
+    """Take the location and common options of ``az://CONTAINER/PREFIX?account=ACCOUNT`` or
+    ``abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX`` (secrets refused first); the
+    caller takes its engine's own options and the credentials, then calls ``url.done()``."""
+    reject_azure_inline_secrets(url)
+    container, _, host = url.netloc.partition("@")
+    host_account = host_endpoint = None
+    if host:
+        match = _AZURE_HOST.match(host.lower())
+        if match is None:
+            raise InvalidURL(
+                f"{url}: write the ADLS form as {url.scheme}://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX"
+            )
+        host_account = match["account"]
+        host_endpoint = f"https://{host_account}.blob.{match['suffix']}"
+    if not container:
+        raise InvalidURL(f"{url} names no container: write {url.scheme}://CONTAINER/PREFIX?account=ACCOUNT")
+    account = url.take_str("account")
+    if account is not None:
+        check_azure_account_name(account)
+        if host_account is not None and account != host_account:
+            raise InvalidURL(f"{url}: account={account} contradicts the host's account {host_account}")
+    blob_endpoint = url.take_str("blob_endpoint")
+    endpoint_url = url.take_str("endpoint_url")
+    if blob_endpoint and endpoint_url:
+        raise InvalidURL(f"{url}: give blob_endpoint or endpoint_url, not both")
+    max_concurrency = url.take("max_concurrency", int, 8)
+    timeout = url.take("timeout", float, 60.0)
+    connection_timeout = url.take("connection_timeout", float, 10.0)
+    if max_concurrency < 1 or timeout <= 0 or connection_timeout <= 0:
+        raise InvalidURL(f"{url}: max_concurrency, timeout and connection_timeout must be positive")
+    return AzureBlobURL(
+        container,
+        account or host_account,
+        blob_endpoint or endpoint_url or host_endpoint,
+        max_concurrency,
+        timeout,
+        connection_timeout,
+    )

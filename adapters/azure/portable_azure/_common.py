@@ -29,7 +29,11 @@ from urllib.parse import urlsplit
 from portable._redact import redact
 from portable.driver import Classifier
 from portable.errors import ConfigError, ErrorCode, InvalidURL, PortableError
-from portable.provider_names import check_azure_account_name, check_azure_container_or_queue_name
+from portable.provider_names import (
+    check_azure_account_name,
+    check_azure_container_or_queue_name,
+    reject_azure_inline_secrets,
+)
 from portable.urls import ParsedURL
 
 __all__ = [
@@ -52,34 +56,12 @@ ACCOUNT_KEY_ENV = "AZURE_STORAGE_ACCOUNT_KEY"
 SAS_TOKEN_ENV = "AZURE_STORAGE_SAS_TOKEN"
 ACCOUNT_NAME_ENV = "AZURE_STORAGE_ACCOUNT_NAME"
 
-#: URL options that would put a secret into a URL; refused with a hint.
-_INLINE_SECRETS = {
-    "connection_string": "connection_string_env",
-    "account_key": "account_key_env",
-    "accountkey": "account_key_env",
-    "key": "account_key_env",
-    "sas_token": "sas_token_env",
-    "sas": "sas_token_env",
-    "sig": "sas_token_env",
-    "client_secret": "the AZURE_CLIENT_SECRET environment variable (auth=identity)",
-    "password": "account_key_env",
-}
 
 check_account_name = check_azure_account_name
 check_container_or_queue_name = check_azure_container_or_queue_name
 
 
-def reject_inline_secrets(url: ParsedURL) -> None:
-    """Refuse a URL that carries a secret: URLs end up in logs and configuration files."""
-    for name in url.options:
-        hint = _INLINE_SECRETS.get(name.lower())
-        if hint is not None:
-            raise InvalidURL(
-                f"{url}: option {name} would put a secret in the URL, which gets logged; "
-                f"put it in an environment variable and name the variable with {hint}=VAR"
-            )
-    if ":" in url.netloc.rpartition("@")[0]:
-        raise InvalidURL(f"{url}: a password in the URL is not accepted; use account_key_env=VAR")
+reject_inline_secrets = reject_azure_inline_secrets
 
 
 def parse_connection_string(text: str) -> dict[str, str]:

@@ -99,7 +99,6 @@ import asyncio
 import base64
 import datetime as dt
 import io
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -123,17 +122,19 @@ from portable.errors import (
     PreconditionFailed,
     TooLarge,
 )
-from portable.provider_names import decode_azure_metadata_name, encode_azure_metadata_name
+from portable.provider_names import (
+    decode_azure_metadata_name,
+    encode_azure_metadata_name,
+    parse_azure_blob_url,
+)
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
 from ._common import (
     AzureAuth,
     AzureClassifier,
-    check_account_name,
     check_container_or_queue_name,
     error_code,
-    reject_inline_secrets,
     resolve_auth,
 )
 
@@ -144,7 +145,6 @@ T = TypeVar("T")
 MAX_BLOB_NAME = 1024
 MAX_BLOCKS = 50_000
 _BLOB_CLIENT_CACHE = 128  # about 32 KiB each
-_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(?:dfs|blob)\.(?P<suffix>.+)$")
 encode_metadata_name = encode_azure_metadata_name
 decode_metadata_name = decode_azure_metadata_name
 
@@ -264,44 +264,17 @@ class BlobStorage(AzureClassifier, StorageDriver):
     @classmethod
     def from_url(cls, url: ParsedURL) -> BlobStorage:
         """Open ``az://container/prefix?...`` or ``abfs://container@account.dfs.core.windows.net/prefix``."""
-        reject_inline_secrets(url)
-        container, _, host = url.netloc.partition("@")
-        host_account = None
-        endpoint = None
-        if host:
-            match = _HOST.match(host.lower())
-            if match is None:
-                raise InvalidURL(
-                    f"{url}: write the ADLS form as {url.scheme}://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX"
-                )
-            host_account = match["account"]
-            endpoint = f"https://{host_account}.blob.{match['suffix']}"
-        if not container:
-            raise InvalidURL(f"{url} names no container: write {url.scheme}://CONTAINER/PREFIX?account=ACCOUNT")
-        account = url.take_str("account")
-        if account is not None:
-            check_account_name(account)
-            if host_account is not None and account != host_account:
-                raise InvalidURL(f"{url}: account={account} contradicts the host's account {host_account}")
-        blob_endpoint = url.take_str("blob_endpoint")
-        endpoint_url = url.take_str("endpoint_url")
-        if blob_endpoint and endpoint_url:
-            raise InvalidURL(f"{url}: give blob_endpoint or endpoint_url, not both")
-        max_concurrency = url.take("max_concurrency", int, 8)
-        timeout = url.take("timeout", float, 60.0)
-        connection_timeout = url.take("connection_timeout", float, 10.0)
-        if max_concurrency < 1 or timeout <= 0 or connection_timeout <= 0:
-            raise InvalidURL(f"{url}: max_concurrency, timeout and connection_timeout must be positive")
-        auth = resolve_auth(url, "blob", account=account or host_account, endpoint=blob_endpoint or endpoint_url or endpoint)
+        where = parse_azure_blob_url(url)
+        auth = resolve_auth(url, "blob", account=where.account, endpoint=where.endpoint)
         url.done()
         return cls(
-            container,
+            where.container,
             url.path,
             auth=auth,
             scheme=url.scheme,
-            max_concurrency=max_concurrency,
-            timeout=timeout,
-            connection_timeout=connection_timeout,
+            max_concurrency=where.max_concurrency,
+            timeout=where.timeout,
+            connection_timeout=where.connection_timeout,
         )
 
     def __repr__(self) -> str:

@@ -87,6 +87,7 @@ from portable.provider_names import (
     check_azure_container_or_queue_name,
     decode_azure_metadata_name,
     encode_azure_metadata_name,
+    parse_azure_blob_url,
 )
 from portable.urls import ParsedURL
 
@@ -96,21 +97,9 @@ __all__ = ["ObstoreAzureStorage", "decode_metadata_name", "encode_metadata_name"
 
 MAX_BLOB_NAME = 1024
 SAS_VERSION = "2022-11-02"
-_HOST = re.compile(r"^(?P<account>[a-z0-9]+)\.(?:dfs|blob)\.(?P<suffix>.+)$")
 encode_metadata_name = encode_azure_metadata_name
 decode_metadata_name = decode_azure_metadata_name
 _AUTH_KINDS = ("auto", "connection_string", "key", "sas", "identity", "anonymous")
-_INLINE_SECRETS = {
-    "connection_string": "connection_string_env",
-    "account_key": "account_key_env",
-    "accountkey": "account_key_env",
-    "key": "account_key_env",
-    "sas_token": "sas_token_env",
-    "sas": "sas_token_env",
-    "sig": "sas_token_env",
-    "client_secret": "the AZURE_CLIENT_SECRET environment variable (auth=identity)",
-    "password": "account_key_env",
-}
 
 
 @dataclass(frozen=True)
@@ -285,51 +274,17 @@ class ObstoreAzureStorage(ObstoreStorage):
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> ObstoreAzureStorage:
-        for name in url.options:
-            hint = _INLINE_SECRETS.get(name.lower())
-            if hint is not None:
-                raise InvalidURL(
-                    f"{url}: option {name} would put a secret in the URL, which gets logged; "
-                    f"put it in an environment variable and name the variable with {hint}=VAR"
-                )
-        if ":" in url.netloc.rpartition("@")[0]:
-            raise InvalidURL(f"{url}: a password in the URL is not accepted; use account_key_env=VAR")
-        container, _, host = url.netloc.partition("@")
-        host_account = endpoint = None
-        if host:
-            match = _HOST.match(host.lower())
-            if match is None:
-                raise InvalidURL(
-                    f"{url}: write the ADLS form as {url.scheme}://CONTAINER@ACCOUNT.dfs.core.windows.net/PREFIX"
-                )
-            host_account = match["account"]
-            endpoint = f"https://{host_account}.blob.{match['suffix']}"
-        if not container:
-            raise InvalidURL(f"{url} names no container: write {url.scheme}://CONTAINER/PREFIX?account=ACCOUNT")
-        account = url.take_str("account")
-        if account is not None:
-            check_azure_account_name(account)
-            if host_account is not None and account != host_account:
-                raise InvalidURL(f"{url}: account={account} contradicts the host's account {host_account}")
-        blob_endpoint = url.take_str("blob_endpoint")
-        endpoint_url = url.take_str("endpoint_url")
-        if blob_endpoint and endpoint_url:
-            raise InvalidURL(f"{url}: give blob_endpoint or endpoint_url, not both")
-        max_concurrency = url.take("max_concurrency", int, 8)
-        timeout = url.take("timeout", float, 60.0)
-        connection_timeout = url.take("connection_timeout", float, 10.0)
-        if max_concurrency < 1 or timeout <= 0 or connection_timeout <= 0:
-            raise InvalidURL(f"{url}: max_concurrency, timeout and connection_timeout must be positive")
-        auth = _resolve_auth(url, account or host_account, blob_endpoint or endpoint_url or endpoint)
+        where = parse_azure_blob_url(url)
+        auth = _resolve_auth(url, where.account, where.endpoint)
         url.done()
         return cls(
-            container,
+            where.container,
             url.path,
             auth=auth,
             scheme=url.scheme,
-            max_concurrency=max_concurrency,
-            timeout=timeout,
-            connection_timeout=connection_timeout,
+            max_concurrency=where.max_concurrency,
+            timeout=where.timeout,
+            connection_timeout=where.connection_timeout,
         )
 
     def __repr__(self) -> str:
