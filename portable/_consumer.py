@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._idempotency_core import IdempotencyStore, fingerprint
-from ._redact import redact
+from .driver.redaction import redact
 from .errors import IdempotencyConflict, PortableError, PreconditionFailed
 
 if TYPE_CHECKING:

@@ -41,7 +41,7 @@ import os
 import time
 from typing import Any
 
-from ._redact import redact
+from .driver.redaction import redact
 from .errors import AlreadyExists, ConfigError, InvalidArgument, NotFound, PreconditionFailed
 from .storage import Bucket, open_bucket
 

@@ -179,7 +179,7 @@ def _doctor_entries() -> list[tuple[str, Callable[[str, Any], Any]]]:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from ._redact import redact
+    from .driver.redaction import redact
 
     prof = load_profile(args.profile)
     print(f"profile {prof.name} (from {prof.source})")

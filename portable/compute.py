@@ -57,7 +57,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import urls
-from ._redact import redact
+from ._native import native_object
 from .config import Profile, check_requirements, load_profile
 from .driver import Classifier
 from .driver.compute import (
@@ -69,6 +69,7 @@ from .driver.compute import (
     JobStatus,
     Resources,
 )
+from .driver.redaction import redact
 from .errors import (
     DeadlineExceeded,
     ErrorCode,
@@ -528,12 +529,7 @@ class Launcher:
 
     def as_(self, kind: type[T]) -> T:
         """Return the native object of type ``kind`` under this launcher (see each adapter)."""
-        found = self._driver.as_(kind)
-        if found is None:
-            raise Unsupported(
-                f"{self.provider}:// has no native {getattr(kind, '__name__', kind)}", provider=self.provider
-            )
-        return found  # type: ignore[no-any-return]
+        return native_object(self._driver, kind, self.provider)
 
     # -- used by Job ----------------------------------------------------
     def _describe(self, job_id: str) -> JobStatus:

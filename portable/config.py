@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._redact import redact
+from .driver.redaction import redact
 from .errors import ConfigError, MissingCapability, NotFound
 from .resilience import BreakerPolicy, ResiliencePolicy, RetryPolicy
 

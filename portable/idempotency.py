@@ -33,7 +33,7 @@ URL                     store
 any bucket URL          :class:`BucketStore`: ``file://``, ``s3://``,
                         ``gs://``, ``az://``, ... with no extra database
 ``redis://``            ``portable_redis.RedisStore`` (``pip install
-                        portable[redis]``)
+                        portable-cloud[redis]``)
 ======================  ===============================================
 
 Third-party stores register a scheme in the entry-point group
@@ -489,7 +489,7 @@ def open_store(url: str | ParsedURL | None = None) -> IdempotencyStore:
 
     ``mem://`` is a private :class:`MemoryStore` and ``mem://NAME`` one shared
     by name in this process; ``sqlite://PATH`` a :class:`SqliteStore`;
-    ``redis://`` the Redis store of ``portable[redis]``; a scheme registered
+    ``redis://`` the Redis store of ``portable-cloud[redis]``; a scheme registered
     in the entry-point group ``portable.idempotency`` its class's
     ``from_url(parsed)``; any other URL a :class:`BucketStore` over
     ``open_bucket(url)``. Every built-in store takes the option
@@ -497,7 +497,7 @@ def open_store(url: str | ParsedURL | None = None) -> IdempotencyStore:
 
     Raises:
         ConfigError: no URL given and the profile names no idempotency store.
-        MissingDependency: ``redis://`` without ``portable[redis]``.
+        MissingDependency: ``redis://`` without ``portable-cloud[redis]``.
         InvalidURL / UnknownScheme: before any request.
     """
     if url is None:
@@ -526,7 +526,7 @@ def open_store(url: str | ParsedURL | None = None) -> IdempotencyStore:
     if scheme == "sqlite":
         return SqliteStore.from_url(parsed)
     if scheme in _REDIS_SCHEMES:
-        raise MissingDependency(f"{scheme}:// idempotency stores need the redis store: pip install 'portable[redis]'")
+        raise MissingDependency(f"{scheme}:// idempotency stores need the redis store: pip install 'portable-cloud[redis]'")
     limit = parsed.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
     from .storage import open_bucket
 
@@ -535,7 +535,7 @@ def open_store(url: str | ParsedURL | None = None) -> IdempotencyStore:
     except UnknownScheme as exc:
         raise UnknownScheme(
             f"no idempotency store for {scheme}://: use mem://, sqlite://PATH, redis:// "
-            f"(pip install 'portable[redis]'), a scheme of entry-point group {GROUP}, or a bucket URL. "
+            f"(pip install 'portable-cloud[redis]'), a scheme of entry-point group {GROUP}, or a bucket URL. "
             f"{exc}"
         ) from None
     return BucketStore(bucket, max_result_bytes=limit)

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 from . import urls
 from ._consumer import RunStats, _Consumer, _signals_stop
 from ._idempotency_core import Claim, IdempotencyStore
-from ._redact import redact
+from ._native import native_object
 from .config import Profile, check_requirements, load_profile
 from .driver.messaging import (
     IDEMPOTENCY_ATTRIBUTE,
@@ -83,6 +83,7 @@ from .driver.messaging import (
     SubscriptionDriver,
     TopicDriver,
 )
+from .driver.redaction import redact
 from .errors import (
     ConfigError,
     InvalidArgument,
@@ -400,10 +401,7 @@ class Topic:
 
     def as_(self, kind: type[T]) -> T:
         """Return the native object of type ``kind`` (each adapter documents which)."""
-        found = self._driver.as_(kind)
-        if found is None:
-            raise Unsupported(f"{self.provider}:// has no native {getattr(kind, '__name__', kind)}", provider=self.provider)
-        return found  # type: ignore[no-any-return]
+        return native_object(self._driver, kind, self.provider)
 
     def close(self) -> None:
         """Release the driver's connections."""
@@ -955,10 +953,7 @@ class Subscription:
 
     def as_(self, kind: type[T]) -> T:
         """Return the native object of type ``kind`` (each adapter documents which)."""
-        found = self._driver.as_(kind)
-        if found is None:
-            raise Unsupported(f"{self.provider}:// has no native {getattr(kind, '__name__', kind)}", provider=self.provider)
-        return found  # type: ignore[no-any-return]
+        return native_object(self._driver, kind, self.provider)
 
     def close(self) -> None:
         """Release the driver's connections."""

@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from ._redact import redact
+from .driver.redaction import redact
 from .errors import (
     CircuitOpen,
     ConfigError,

@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import IO, Any, Literal, TypeVar, overload
 
 from . import urls
+from ._native import native_object
 from .config import Profile, check_requirements, load_profile
 from .driver.storage import (
     ListPage,
@@ -333,7 +334,7 @@ class Bucket:
         self._guard = Guard(driver.scheme, driver.endpoint, driver, policy)
 
     def __repr__(self) -> str:
-        from ._redact import redact
+        from .driver.redaction import redact
 
         return f"Bucket({redact(self.url)!r})"
 
@@ -742,12 +743,7 @@ class Bucket:
         Each adapter documents what it can return (for example
         ``s3fs.S3FileSystem``). Raises Unsupported for anything else.
         """
-        found = self._driver.as_(kind)
-        if found is None:
-            raise Unsupported(
-                f"{self.provider}:// has no native {getattr(kind, '__name__', kind)}", provider=self.provider
-            )
-        return found  # type: ignore[no-any-return]
+        return native_object(self._driver, kind, self.provider)
 
     def close(self) -> None:
         """Release the driver's connections and threads."""

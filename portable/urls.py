@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from ._redact import redact
+from .driver.redaction import redact
 from .errors import InvalidURL, MissingDependency, UnknownScheme
 
 __all__ = [
@@ -76,7 +76,7 @@ _BUILTIN: dict[str, dict[str, tuple[str, str | None]]] = {
 #: Storage schemes served by more than one engine: scheme -> {engine: (target, extra)}.
 #: Without ``?engine=``, the first engine whose distribution is installed is used,
 #: so the fast obstore engine is the default for S3 and Azure wherever
-#: ``portable[obstore]`` is installed.
+#: ``portable-cloud[obstore]`` is installed.
 _STORAGE_ENGINES: dict[str, dict[str, tuple[str, str]]] = {
     "abfs": {
         "obstore": ("portable_obstore.azure:ObstoreAzureStorage", "obstore"),
@@ -189,7 +189,7 @@ class ParsedURL:
 
 
 def _looks_secret(name: str) -> bool:
-    from ._redact import is_secret_option
+    from .driver.redaction import is_secret_option
 
     return is_secret_option(name)
 
@@ -298,7 +298,8 @@ def storage_engine(parsed: ParsedURL) -> tuple[str | None, ParsedURL]:
     for name, (target, _extra) in engines.items():
         if _installed(target):
             return name, rest
-    return list(engines)[-1], rest
+    # Nothing installed: the documented default (the first engine), so the hint names its distribution.
+    return next(iter(engines)), rest
 
 
 def open_driver(domain: Domain, url: str | ParsedURL) -> Any:

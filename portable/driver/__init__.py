@@ -14,11 +14,31 @@ Every driver follows three rules:
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import fields
+from typing import Any, ClassVar
 
 from ..errors import ErrorCode, PortableError
 
-__all__ = ["Classifier", "ErrorCode"]
+__all__ = ["Capabilities", "Classifier", "ErrorCode"]
+
+
+class Capabilities:
+    """Base of every domain's capability record (a frozen dataclass of flags and limits).
+
+    A profile's ``requires`` names the boolean fields; the other fields are limits.
+    """
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def supported(self) -> frozenset[str]:
+        """Names of the boolean capabilities this provider has."""
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name) is True)
+
+    @classmethod
+    def flag_names(cls) -> frozenset[str]:
+        """Names of every boolean capability."""
+        return frozenset(f.name for f in fields(cls) if f.type in ("bool", bool))
 
 
 class Classifier:

@@ -48,10 +48,10 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import Classifier
+from . import Capabilities, Classifier
 
 __all__ = [
     "ComputeCapabilities",
@@ -215,7 +215,7 @@ class JobStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class ComputeCapabilities:
+class ComputeCapabilities(Capabilities):
     """What a launcher can do. A profile's ``requires`` names these fields.
 
     Attributes:
@@ -244,14 +244,6 @@ class ComputeCapabilities:
     idempotent_submit: bool = True
     detached: bool = True
 
-    def supported(self) -> frozenset[str]:
-        """Names of the capabilities this provider has."""
-        return frozenset(f.name for f in fields(self) if getattr(self, f.name) is True)
-
-    @classmethod
-    def flag_names(cls) -> frozenset[str]:
-        """Names of every capability."""
-        return frozenset(f.name for f in fields(cls))
 
 
 class ComputeDriver(Classifier, abc.ABC):

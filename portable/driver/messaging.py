@@ -86,10 +86,10 @@ import abc
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import Classifier
+from . import Capabilities, Classifier
 
 if TYPE_CHECKING:
     from ..messaging import Delivery
@@ -113,7 +113,7 @@ IDEMPOTENCY_ATTRIBUTE = "portable.idempotency_key"
 
 
 @dataclass(frozen=True, slots=True)
-class MessagingCapabilities:
+class MessagingCapabilities(Capabilities):
     """What a messaging provider can do. A profile's ``requires`` names the boolean fields.
 
     Attributes:
@@ -168,16 +168,6 @@ class MessagingCapabilities:
     dedup_window_seconds: float | None = None
     max_batch: int = 10
 
-    def supported(self) -> frozenset[str]:
-        """Names of the boolean capabilities this provider has."""
-        return frozenset(
-            f.name for f in fields(self) if isinstance(getattr(self, f.name), bool) and getattr(self, f.name)
-        )
-
-    @classmethod
-    def flag_names(cls) -> frozenset[str]:
-        """Names of every boolean capability."""
-        return frozenset(f.name for f in fields(cls) if f.type in ("bool", bool))
 
 
 @dataclass(frozen=True, slots=True, init=False)

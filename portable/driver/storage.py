@@ -26,10 +26,10 @@ import abc
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import IO, Literal, TypeVar
 
-from . import Classifier
+from . import Capabilities, Classifier
 
 __all__ = [
     "ListPage",
@@ -89,7 +89,7 @@ class WriteOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class StorageCapabilities:
+class StorageCapabilities(Capabilities):
     """What a storage provider can do. A profile's ``requires`` names these fields.
 
     Attributes:
@@ -117,16 +117,6 @@ class StorageCapabilities:
     max_metadata_bytes: int | None = 2048
     min_part_bytes: int = 5 * 1024 * 1024
 
-    def supported(self) -> frozenset[str]:
-        """Names of the boolean capabilities this provider has."""
-        return frozenset(
-            f.name for f in fields(self) if isinstance(getattr(self, f.name), bool) and getattr(self, f.name)
-        )
-
-    @classmethod
-    def flag_names(cls) -> frozenset[str]:
-        """Names of every boolean capability."""
-        return frozenset(f.name for f in fields(cls) if f.type in ("bool", bool))
 
 
 class WriteStream(abc.ABC):

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._redact import redact
+from ..driver.redaction import redact
 from ..errors import InvalidArgument, MissingDependency
 from ..urls import known_schemes, parse_url
 
@@ -213,7 +213,7 @@ def run_contract(
     try:
         import pytest
     except ModuleNotFoundError as exc:
-        raise MissingDependency("portable contract needs pytest: pip install 'portable[testing]'") from exc
+        raise MissingDependency("portable contract needs pytest: pip install 'portable-cloud[testing]'") from exc
     run_id = uuid.uuid4().hex[:12]
     reports: list[ProviderReport] = []
     with tempfile.TemporaryDirectory(prefix="portable-contract-") as tmp:

@@ -3,7 +3,7 @@
 Credentials never come from the URL itself. A URL names *where* a secret is
 (an environment variable) or *which kind* of credential to use; the secret is
 read from the environment when the driver opens, kept out of every repr, and
-every error text passes through :func:`portable._redact.redact`.
+every error text passes through :func:`portable.driver.redaction.redact`.
 
 Resolution (``auth=auto``, the default), first match wins:
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from portable._redact import redact
 from portable.driver import Classifier
+from portable.driver.redaction import redact
 from portable.errors import ConfigError, ErrorCode, InvalidURL, PortableError
 from portable.provider_names import (
     check_azure_account_name,

@@ -110,7 +110,6 @@ from google.pubsub_v1.services.publisher.transports import PublisherGrpcTranspor
 from google.pubsub_v1.services.subscriber import SubscriberClient
 from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
-from portable._redact import redact
 from portable.driver.messaging import (
     MessagingCapabilities,
     MessagingDriver,
@@ -119,6 +118,7 @@ from portable.driver.messaging import (
     SubscriptionDriver,
     TopicDriver,
 )
+from portable.driver.redaction import redact
 from portable.errors import (
     ErrorCode,
     InvalidArgument,

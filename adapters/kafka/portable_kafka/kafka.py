@@ -168,7 +168,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from portable._redact import redact
 from portable.driver.messaging import (
     MessagingCapabilities,
     MessagingDriver,
@@ -178,6 +177,7 @@ from portable.driver.messaging import (
     SubscriptionDriver,
     TopicDriver,
 )
+from portable.driver.redaction import redact
 from portable.errors import (
     ErrorCode,
     InvalidURL,

@@ -1,7 +1,7 @@
 """``az://`` and ``abfs://`` on the obstore engine — Azure Blob Storage through Rust object_store.
 
 This is the default engine for ``az://`` and ``abfs://`` wherever
-``portable[obstore]`` is installed; ``?engine=fsspec`` picks the adlfs driver
+``portable-cloud[obstore]`` is installed; ``?engine=fsspec`` picks the adlfs driver
 (:mod:`portable_azure.blob`), which takes the same URL options.
 
 URLs:
@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
-from portable._redact import redact
+from portable.driver.redaction import redact
 from portable.driver.storage import StorageCapabilities, WriteOptions
 from portable.errors import ConfigError, InvalidURL
 from portable.provider_names import (

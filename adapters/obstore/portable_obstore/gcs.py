@@ -1,6 +1,6 @@
 """``gs://`` and ``gcs://`` on the obstore engine — Google Cloud Storage through Rust object_store.
 
-This is the default engine for ``gs://`` wherever ``portable[obstore]`` is
+This is the default engine for ``gs://`` wherever ``portable-cloud[obstore]`` is
 installed; ``?engine=fsspec`` picks the gcsfs driver (:mod:`portable_gcp.gcs`),
 which takes the same URL options.
 

@@ -1,6 +1,6 @@
 """``s3://...?engine=obstore`` — Amazon S3 (and S3-compatible stores) on obstore (Rust object_store).
 
-This is the default engine for ``s3://`` wherever ``portable[obstore]`` is
+This is the default engine for ``s3://`` wherever ``portable-cloud[obstore]`` is
 installed; ``?engine=fsspec`` picks the s3fs driver (:mod:`portable_aws.s3`),
 which takes the same URL options.
 

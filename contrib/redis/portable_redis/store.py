@@ -48,8 +48,8 @@ from portable._idempotency_core import (
     lost_error,
     without_options,
 )
-from portable._redact import redact
 from portable.driver import Classifier, ErrorCode
+from portable.driver.redaction import redact
 from portable.errors import IdempotencyConflict, InvalidURL
 from portable.resilience import Guard, ResiliencePolicy
 from portable.urls import ParsedURL

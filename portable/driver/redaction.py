@@ -1,4 +1,4 @@
-"""Keep secrets out of reprs, logs and error messages.
+"""Keep secrets out of reprs, logs and error messages (public: adapters use it too).
 
 Every string that may carry a URL or a provider's error text passes through
 :func:`redact` before portable shows it. It masks URL passwords, query
