@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._idempotency_core import IdempotencyStore, fingerprint
+from .driver.idempotency import IdempotencyStore, fingerprint
 from .driver.redaction import redact
 from .errors import IdempotencyConflict, PortableError, PreconditionFailed
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ._idempotency_core import (
+from .driver.idempotency import (
     DEFAULT_MAX_RESULT_BYTES,
     Claim,
     check_claim_args,

@@ -60,7 +60,8 @@ from importlib.metadata import entry_points
 from typing import Any, ParamSpec, TypeVar
 
 from ._idempotency_bucket import BucketStore
-from ._idempotency_core import (
+from ._idempotency_sqlite import SqliteStore
+from .driver.idempotency import (
     DEFAULT_LEASE,
     DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_TTL,
@@ -75,7 +76,6 @@ from ._idempotency_core import (
     new_token,
     without_options,
 )
-from ._idempotency_sqlite import SqliteStore
 from .errors import (
     ConfigError,
     InProgress,

@@ -69,9 +69,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 from . import urls
 from ._consumer import RunStats, _Consumer, _signals_stop
-from ._idempotency_core import Claim, IdempotencyStore
 from ._native import native_object
 from .config import Profile, check_requirements, load_profile
+from .driver.idempotency import Claim, IdempotencyStore
 from .driver.messaging import (
     IDEMPOTENCY_ATTRIBUTE,
     RESERVED_PREFIX,

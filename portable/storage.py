@@ -427,7 +427,7 @@ class Bucket:
                 ``portable-payload``), and a repeat that meets this put's own
                 earlier write (one that succeeded but reported a failure)
                 returns its etag instead of AlreadyExists/PreconditionFailed.
-                See :func:`portable._idempotency_bucket.idempotent_put`.
+                See :func:`portable._idempotent_put.idempotent_put`.
 
         Raises:
             AlreadyExists: ``if_none_match="*"`` and the key exists.
@@ -438,7 +438,7 @@ class Bucket:
             InvalidKey / InvalidArgument / TooLarge: before any request.
         """
         if idempotency_key is not None:
-            from ._idempotency_bucket import idempotent_put
+            from ._idempotent_put import idempotent_put
 
             return idempotent_put(
                 self, key, data, content_type=content_type, metadata=metadata,

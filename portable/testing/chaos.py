@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 from urllib.parse import urlencode
 
-from .._idempotency_core import without_options
+from ..driver.idempotency import without_options
 from ..driver.messaging import (
     MessagingCapabilities,
     MessagingDriver,

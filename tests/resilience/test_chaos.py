@@ -175,7 +175,7 @@ def test_chaos_of_refuses_what_is_not_wrapped() -> None:
 
 
 def test_inner_options_keep_their_encoding() -> None:
-    from portable._idempotency_core import without_options
+    from portable.driver.idempotency import without_options
     from portable.urls import parse_url
 
     url = parse_url("chaos+az://acct/c?sas_token=sv%3D2020%26sig%3Dabc&seed=1&error_rate=0.1")

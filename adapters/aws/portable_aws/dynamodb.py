@@ -59,7 +59,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from portable._idempotency_core import (
+from portable.driver.idempotency import (
     DEFAULT_MAX_RESULT_BYTES,
     Claim,
     check_claim_args,

@@ -61,7 +61,8 @@ import google.auth.exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import firestore
 
-from portable._idempotency_core import (
+from portable.driver import Classifier
+from portable.driver.idempotency import (
     DEFAULT_MAX_RESULT_BYTES,
     Claim,
     check_claim_args,
@@ -70,7 +71,6 @@ from portable._idempotency_core import (
     lost_error,
     new_token,
 )
-from portable.driver import Classifier
 from portable.errors import ErrorCode, Internal, InvalidURL, PortableError
 from portable.resilience import Guard, ResiliencePolicy, attempt_timeout
 from portable.urls import ParsedURL

@@ -39,7 +39,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from portable._idempotency_core import (
+from portable.driver import Classifier, ErrorCode
+from portable.driver.idempotency import (
     DEFAULT_MAX_RESULT_BYTES,
     Claim,
     check_claim_args,
@@ -48,7 +49,6 @@ from portable._idempotency_core import (
     lost_error,
     without_options,
 )
-from portable.driver import Classifier, ErrorCode
 from portable.driver.redaction import redact
 from portable.errors import IdempotencyConflict, InvalidURL
 from portable.resilience import Guard, ResiliencePolicy

@@ -19,10 +19,10 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from urllib.parse import unquote
 
-from .errors import IdempotencyConflict, InvalidArgument, PreconditionFailed, TooLarge
+from ..errors import IdempotencyConflict, InvalidArgument, PreconditionFailed, TooLarge
 
 if TYPE_CHECKING:
-    from .urls import ParsedURL
+    from ..urls import ParsedURL
 
 _sha256 = hashlib.sha256
 
