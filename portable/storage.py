@@ -31,12 +31,16 @@ from . import urls
 from ._native import native_object
 from .config import Profile, check_requirements, load_profile
 from .driver.storage import (
+    BAD_KEY_CHARS as _BAD_CHARS,
+)
+from .driver.storage import (
     ListPage,
     ObjectInfo,
     StorageCapabilities,
     StorageDriver,
     WriteOptions,
     WriteStream,
+    check_key,
 )
 from .errors import InvalidArgument, InvalidKey, NotFound, PortableError, TooLarge, Unsupported
 from .resilience import Guard, ResiliencePolicy
@@ -45,42 +49,11 @@ __all__ = ["Bucket", "ListPage", "ObjectInfo", "StorageCapabilities", "open_buck
 
 T = TypeVar("T")
 
-_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _METADATA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 _BATCH_CHUNK = 4096  # keys handed to a driver at once; in-flight drains at each boundary
 
 #: The default part size of streamed writes.
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
-
-
-def check_key(key: object, max_bytes: int = 1024) -> str:
-    """Return ``key`` if it is a portable key, else raise InvalidKey saying what to fix."""
-    if type(key) is not str:
-        raise InvalidKey(f"a key must be a str, got {type(key).__name__}")
-    if not key:
-        raise InvalidKey("a key must not be empty")
-    if len(key) * 4 > max_bytes:  # only then can UTF-8 exceed the limit
-        try:
-            size = len(key.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise InvalidKey(f"key {key[:60]!r} is not valid UTF-8 (it holds a lone surrogate)") from None
-        if size > max_bytes:
-            raise InvalidKey(f"key {key[:60]!r}... is {size} bytes in UTF-8; the limit is {max_bytes}")
-    elif not key.isascii():
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidKey(f"key {key[:60]!r} is not valid UTF-8 (it holds a lone surrogate)") from None
-    if _BAD_CHARS.search(key):
-        raise InvalidKey(f"key {key[:60]!r} holds a control character (NUL, newline, ...); remove it")
-    if key[0] == "/" or key[-1] == "/":
-        raise InvalidKey(f"key {key[:60]!r} must not start or end with '/'; write 'a/b', not '/a/b/'")
-    if "//" in key or ("." in key and _dot_segment(key)):
-        raise InvalidKey(
-            f"key {key[:60]!r} has an empty, '.' or '..' segment; portable keys are "
-            "'/'-separated names such as 'reports/2026/11.json'"
-        )
-    return key
 
 
 def _plain_key(key: object) -> bool:
@@ -94,10 +67,6 @@ def _plain_key(key: object) -> bool:
         and "." not in key
         and "//" not in key
     )
-
-
-def _dot_segment(key: str) -> bool:
-    return any(seg in (".", "..") for seg in key.split("/"))
 
 
 def _check_prefix(prefix: object) -> str:

@@ -24,14 +24,19 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Literal, TypeVar
 
+from ..errors import InvalidKey
 from . import Capabilities, Classifier
 
 __all__ = [
+    "BAD_KEY_CHARS",
+    "check_key",
+    "dot_segment",
     "ListPage",
     "ObjectInfo",
     "StorageCapabilities",
@@ -40,6 +45,50 @@ __all__ = [
     "WriteStream",
     "page_of_sorted_keys",
 ]
+
+
+#: Characters no portable key or prefix may hold.
+BAD_KEY_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def dot_segment(key: str) -> bool:
+    """Whether ``key`` has a ``.`` or ``..`` segment."""
+    return any(seg in (".", "..") for seg in key.split("/"))
+
+
+def check_key(key: object, max_bytes: int = 1024) -> str:
+    """Return ``key`` if it is a portable key, else raise InvalidKey saying what to fix.
+
+    The Bucket checks every key with this before a driver sees it; a driver that
+    takes keys from elsewhere (a listing prefix, a native URL) may use it too.
+    """
+    if type(key) is not str:
+        raise InvalidKey(f"a key must be a str, got {type(key).__name__}")
+    if not key:
+        raise InvalidKey("a key must not be empty")
+    if len(key) * 4 > max_bytes:  # only then can UTF-8 exceed the limit
+        try:
+            size = len(key.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidKey(f"key {key[:60]!r} is not valid UTF-8 (it holds a lone surrogate)") from None
+        if size > max_bytes:
+            raise InvalidKey(f"key {key[:60]!r}... is {size} bytes in UTF-8; the limit is {max_bytes}")
+    elif not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidKey(f"key {key[:60]!r} is not valid UTF-8 (it holds a lone surrogate)") from None
+    if BAD_KEY_CHARS.search(key):
+        raise InvalidKey(f"key {key[:60]!r} holds a control character (NUL, newline, ...); remove it")
+    if key[0] == "/" or key[-1] == "/":
+        raise InvalidKey(f"key {key[:60]!r} must not start or end with '/'; write 'a/b', not '/a/b/'")
+    if "//" in key or ("." in key and dot_segment(key)):
+        raise InvalidKey(
+            f"key {key[:60]!r} has an empty, '.' or '..' segment; portable keys are "
+            "'/'-separated names such as 'reports/2026/11.json'"
+        )
+    return key
+
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,6 +118,7 @@ from portable.driver.storage import (
     StorageDriver,
     WriteOptions,
     WriteStream,
+    check_key,
 )
 from portable.errors import (
     AlreadyExists,
@@ -129,7 +130,6 @@ from portable.errors import (
 )
 from portable.provider_names import check_gcs_bucket_name
 from portable.resilience import attempt_timeout
-from portable.storage import check_key
 from portable.urls import ParsedURL
 
 __all__ = ["GCSStorage", "check_bucket_name"]
