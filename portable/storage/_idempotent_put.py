@@ -6,8 +6,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal
 
-from .driver.idempotency import fingerprint
-from .errors import (
+from ..driver.idempotency import fingerprint
+from ..errors import (
     AlreadyExists,
     IdempotencyConflict,
     InvalidArgument,
@@ -16,7 +16,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .storage import Bucket
+    from ._bucket import Bucket
 
 __all__ = ["KEY_METADATA", "PAYLOAD_METADATA", "idempotent_put"]
 

@@ -1,0 +1,281 @@
+"""The portable bucket: :class:`Bucket`, whole-object reads and writes, listing and signed URLs.
+
+Streams (``open``) and batches (``get_many`` and friends) are its two mixins,
+:class:`~portable.storage._streams.StreamOperations` and
+:class:`~portable.storage._batch.BatchOperations`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from typing import Literal, TypeVar
+
+from .._native import native_object
+from ..driver.redaction import redact
+from ..driver.storage import ListPage, ObjectInfo, StorageCapabilities, StorageDriver, check_key
+from ..errors import InvalidArgument, NotFound, TooLarge, Unsupported
+from ..resilience import Guard, ResiliencePolicy
+from ._batch import BatchOperations
+from ._checks import (
+    NO_WRITE_OPTIONS,
+    check_prefix,
+    checked_bytes,
+    checked_write_options,
+    is_clearly_valid_key,
+)
+from ._idempotent_put import idempotent_put
+from ._streams import StreamOperations
+
+T = TypeVar("T")
+
+
+class Bucket(BatchOperations, StreamOperations):
+    """A portable bucket: objects under keys, on any provider.
+
+    Open one with :func:`open_bucket`. A Bucket is thread-safe; share one per
+    provider in a process. Close it (or use ``with``) to release connections.
+    """
+
+    __slots__ = ("_caps", "_driver", "_guard", "_max_key", "provider", "url")
+
+    def __init__(self, driver: StorageDriver, *, url: str = "", policy: ResiliencePolicy | None = None) -> None:
+        self._driver = driver
+        self.provider = driver.scheme
+        self.url = url
+        self._caps = driver.capabilities
+        self._max_key = driver.capabilities.max_key_bytes
+        self._guard = Guard(driver.scheme, driver.endpoint, driver, policy)
+
+    def __repr__(self) -> str:
+        return f"Bucket({redact(self.url)!r})"
+
+    def __enter__(self) -> Bucket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- properties -----------------------------------------------------
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        """What this provider supports (see :class:`StorageCapabilities`)."""
+        return self._caps
+
+    @property
+    def driver(self) -> StorageDriver:
+        """The driver underneath (for adapters and tests; application code uses ``as_``)."""
+        return self._driver
+
+    # -- whole objects --------------------------------------------------
+    def get(self, key: str) -> bytes:
+        """Return the object's bytes.
+
+        Raises:
+            NotFound: no object under ``key``.
+            InvalidKey: ``key`` is not a portable key.
+        """
+        if not is_clearly_valid_key(key):
+            check_key(key, self._max_key)
+        return self._guard.call("read", f"get {key}", self._driver.get, key)
+
+    def get_range(self, key: str, start: int, end: int | None = None) -> bytes:
+        """Return bytes ``[start, end)`` of the object, like a slice.
+
+        ``end`` defaults to the end of the object; a range past the end is
+        clipped, and ``start`` at or beyond the size returns ``b""`` on every
+        provider (S3 and GCS answer 416 there; the drivers hide that).
+        """
+        check_key(key, self._max_key)
+        if type(start) is not int or start < 0:
+            raise InvalidArgument(f"start must be an int >= 0, got {start!r}")
+        if end is not None and (type(end) is not int or end < start):
+            raise InvalidArgument(f"end must be an int >= start ({start}), got {end!r}")
+        if end == start:
+            self.head(key)  # a zero-length range still reports a missing key
+            return b""
+        return self._guard.call("read", f"get_range {key}", self._driver.get_range, key, start, end)
+
+    def head(self, key: str) -> ObjectInfo:
+        """Return size, etag, modification time, content type and user metadata.
+
+        Raises:
+            NotFound: no object under ``key``.
+        """
+        check_key(key, self._max_key)
+        return self._guard.call("read", f"head {key}", self._driver.head, key)
+
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored under ``key``."""
+        try:
+            self.head(key)
+        except NotFound:
+            return False
+        return True
+
+    def put(
+        self,
+        key: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        if_none_match: Literal["*"] | None = None,
+        if_match: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> str | None:
+        """Store ``data`` under ``key`` atomically; return the new etag.
+
+        Readers see the old object or the new one, never a mix.
+
+        Args:
+            content_type: stored and returned by ``head``. Defaults to none.
+            metadata: user metadata; names are 1-128 of ``[A-Za-z0-9_-]`` and
+                are lower-cased (S3 and Azure do); values printable ASCII.
+            if_none_match: ``"*"``: create only; fail if the key exists.
+            if_match: write only if the current etag equals this one.
+            idempotency_key: makes a conditional put safe to repeat: the object
+                is tagged (metadata ``portable-idempotency-key`` and
+                ``portable-payload``), and a repeat that meets this put's own
+                earlier write (one that succeeded but reported a failure)
+                returns its etag instead of AlreadyExists/PreconditionFailed.
+                See :func:`portable.storage._idempotent_put.idempotent_put`.
+
+        Raises:
+            AlreadyExists: ``if_none_match="*"`` and the key exists.
+            PreconditionFailed: ``if_match`` is stale (or the key is missing; on
+                some providers that is NotFound instead).
+            IdempotencyConflict: ``idempotency_key`` wrote this object before
+                with a different payload.
+            InvalidKey / InvalidArgument / TooLarge: before any request.
+        """
+        if idempotency_key is not None:
+            return idempotent_put(
+                self, key, data, content_type=content_type, metadata=metadata,
+                if_none_match=if_none_match, if_match=if_match, idempotency_key=idempotency_key,
+            )
+        if not is_clearly_valid_key(key):
+            check_key(key, self._max_key)
+        if type(data) is not bytes:
+            data = checked_bytes(data)
+        if content_type is None and metadata is None and if_none_match is None and if_match is None:
+            options = NO_WRITE_OPTIONS
+        else:
+            options = checked_write_options(content_type, metadata, if_none_match, if_match, self._caps, self.provider)
+        limit = self._caps.max_object_bytes
+        if limit is not None and len(data) > limit:
+            raise TooLarge(f"{len(data)} bytes is over {self.provider}://'s single-put limit of {limit}")
+        return self._guard.call("write", f"put {key}", self._driver.put, key, data, options)
+
+    def delete(self, key: str) -> None:
+        """Delete the object. Deleting a missing key is not an error."""
+        check_key(key, self._max_key)
+        self._guard.call("write", f"delete {key}", self._driver.delete, key)
+
+    def copy(self, src: str, dst: str) -> str | None:
+        """Copy ``src`` to ``dst`` (server-side where the provider can); return dst's etag.
+
+        Raises:
+            NotFound: ``src`` does not exist.
+        """
+        check_key(src, self._max_key)
+        check_key(dst, self._max_key)
+        return self._guard.call("write", f"copy {src} -> {dst}", self._driver.copy, src, dst)
+
+    # -- listing --------------------------------------------------------
+    def list_page(
+        self,
+        prefix: str = "",
+        *,
+        delimiter: str | None = None,
+        start_after: str | None = None,
+        page_size: int = 1000,
+        token: str | None = None,
+    ) -> ListPage:
+        """Return one page of a listing; pass its ``next_token`` back for the next.
+
+        Objects and common prefixes are each in lexical (UTF-8 byte) order.
+        """
+        check_prefix(prefix)
+        if delimiter is not None and delimiter != "/":
+            raise InvalidArgument(f"delimiter must be '/' or None, got {delimiter!r}")
+        if start_after is not None and type(start_after) is not str:
+            raise InvalidArgument("start_after must be a str key")
+        if type(page_size) is not int or not 1 <= page_size <= 1000:
+            raise InvalidArgument(f"page_size must be an int from 1 to 1000, got {page_size!r}")
+        if token is not None and type(token) is not str:
+            raise InvalidArgument("token must be a str from a previous page's next_token")
+        return self._guard.call(
+            "read", f"list {prefix}", self._driver.list_page, prefix, delimiter, start_after, page_size, token
+        )
+
+    def list(
+        self,
+        prefix: str = "",
+        *,
+        delimiter: str | None = None,
+        start_after: str | None = None,
+        page_size: int = 1000,
+    ) -> Iterator[ObjectInfo]:
+        """Yield every object (and, with a delimiter, every common prefix) under ``prefix``.
+
+        Entries come in lexical order, page by page; common prefixes are
+        ObjectInfo with ``is_prefix=True`` and a key ending in the delimiter.
+        Each page is fetched under the retry policy.
+        """
+        token: str | None = None
+        while True:
+            page = self.list_page(
+                prefix, delimiter=delimiter, start_after=start_after, page_size=page_size, token=token
+            )
+            if page.prefixes:
+                entries = [*page.objects, *(ObjectInfo(key=p, is_prefix=True) for p in page.prefixes)]
+                entries.sort(key=lambda e: e.key)
+                yield from entries
+            else:
+                yield from page.objects
+            if page.next_token is None:
+                return
+            token = page.next_token
+
+    # -- signed URLs and escape hatches --------------------------------
+    def signed_url(
+        self,
+        key: str,
+        *,
+        method: Literal["GET", "PUT"] = "GET",
+        expires: float | dt.timedelta = 3600,
+        content_type: str | None = None,
+    ) -> str:
+        """Return a URL that allows ``method`` on ``key`` without credentials until it expires.
+
+        Args:
+            expires: seconds or a timedelta, from 1 second to 7 days. Defaults to one hour.
+            content_type: for PUT, the Content-Type the uploader must send.
+
+        Raises:
+            Unsupported: the provider (or its credentials) cannot sign URLs.
+        """
+        check_key(key, self._max_key)
+        if method not in ("GET", "PUT"):
+            raise InvalidArgument(f"method must be 'GET' or 'PUT', got {method!r}")
+        delta = expires if isinstance(expires, dt.timedelta) else dt.timedelta(seconds=expires)
+        if not dt.timedelta(seconds=1) <= delta <= dt.timedelta(days=7):
+            raise InvalidArgument(f"expires must be between 1 second and 7 days, got {delta}")
+        if not self._caps.signed_urls:
+            raise Unsupported(f"{self.provider}:// cannot sign URLs", provider=self.provider)
+        return self._guard.call(
+            "read", f"signed_url {key}", self._driver.signed_url, key, method, delta, content_type
+        )
+
+    def as_(self, kind: type[T]) -> T:
+        """Return the native object of type ``kind`` under this bucket.
+
+        Each adapter documents what it can return (for example
+        ``s3fs.S3FileSystem``). Raises Unsupported for anything else.
+        """
+        return native_object(self._driver, kind, self.provider)
+
+    def close(self) -> None:
+        """Release the driver's connections and threads."""
+        self._driver.close()

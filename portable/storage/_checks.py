@@ -1,0 +1,111 @@
+"""The argument checks of :class:`~portable.storage.Bucket`: keys, prefixes, data and write options.
+
+Each check raises the portable error that says what to fix, before any driver
+sees the argument. The key check itself is :func:`portable.driver.storage.check_key`
+(drivers use it too); what lives here is the Bucket's side.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from ..driver.storage import BAD_KEY_CHARS, StorageCapabilities, WriteOptions
+from ..errors import InvalidArgument, InvalidKey, TooLarge, Unsupported
+
+#: A user metadata name every provider stores as given (case aside).
+METADATA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+#: The options of a write with no content type, metadata or condition (the common put).
+NO_WRITE_OPTIONS = WriteOptions()
+
+
+def is_clearly_valid_key(key: object) -> bool:
+    """Whether ``key`` is valid at a glance, so the full :func:`check_key` can be skipped.
+
+    True only for the common key: a short printable ``str`` with no ``/`` at
+    either end, no ``.`` and no ``//``. False says nothing: the caller runs the
+    full check then.
+    """
+    return (
+        type(key) is str
+        and 0 < len(key) <= 255
+        and key.isprintable()
+        and key[0] != "/"
+        and key[-1] != "/"
+        and "." not in key
+        and "//" not in key
+    )
+
+
+def check_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it can prefix portable keys, else raise InvalidKey.
+
+    The empty prefix is valid (everything); a prefix may end with ``/`` but not
+    start with one.
+    """
+    if type(prefix) is not str:
+        raise InvalidKey(f"a prefix must be a str, got {type(prefix).__name__}")
+    if prefix and (BAD_KEY_CHARS.search(prefix) or prefix[0] == "/"):
+        raise InvalidKey(f"prefix {prefix[:60]!r} must not start with '/' or hold control characters")
+    return prefix
+
+
+def checked_bytes(data: object) -> bytes:
+    """Return ``data`` as ``bytes`` (copying a bytearray or memoryview), else raise InvalidArgument."""
+    if type(data) is bytes:
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    if isinstance(data, str):
+        raise InvalidArgument("data must be bytes, got str; encode it first, e.g. text.encode('utf-8')")
+    raise InvalidArgument(f"data must be bytes, bytearray or memoryview, got {type(data).__name__}")
+
+
+def checked_write_options(
+    content_type: str | None,
+    metadata: Mapping[str, str] | None,
+    if_none_match: str | None,
+    if_match: str | None,
+    caps: StorageCapabilities,
+    provider: str,
+) -> WriteOptions:
+    """Return the WriteOptions of a put or streamed write, with metadata names lower-cased.
+
+    Raises:
+        InvalidArgument: a condition, metadata entry or content type is malformed,
+            or both conditions are given.
+        Unsupported: ``provider`` does not enforce the condition asked for.
+        TooLarge: the metadata is over ``caps.max_metadata_bytes``.
+    """
+    if if_none_match is not None and if_none_match != "*":
+        raise InvalidArgument(f"if_none_match takes only '*' (create only), got {if_none_match!r}")
+    if if_none_match is not None and if_match is not None:
+        raise InvalidArgument("pass if_none_match or if_match, not both")
+    if if_match is not None and (type(if_match) is not str or not if_match):
+        raise InvalidArgument("if_match must be a non-empty etag string from head() or put()")
+    if if_none_match and not caps.conditional_create:
+        raise Unsupported(f"{provider}:// does not enforce create-only writes", provider=provider)
+    if if_match and not caps.conditional_update:
+        raise Unsupported(f"{provider}:// does not enforce etag-conditional writes", provider=provider)
+    meta: Mapping[str, str] = {}
+    if metadata:
+        total = 0
+        for name, value in metadata.items():
+            if type(name) is not str or not METADATA_NAME.match(name):
+                raise InvalidArgument(
+                    f"metadata name {name!r} must be 1-128 ASCII letters, digits, '-' or '_', "
+                    "starting with a letter or digit"
+                )
+            if type(value) is not str or not value.isascii() or BAD_KEY_CHARS.search(value):
+                raise InvalidArgument(f"metadata {name!r} must be a printable ASCII str")
+            total += len(name) + len(value)
+        if caps.max_metadata_bytes is not None and total > caps.max_metadata_bytes:
+            raise TooLarge(f"metadata is {total} bytes; {provider}:// allows {caps.max_metadata_bytes}")
+        meta = {k.lower(): v for k, v in metadata.items()}
+    if content_type is not None and (type(content_type) is not str or BAD_KEY_CHARS.search(content_type)):
+        raise InvalidArgument(f"content_type must be a str such as 'application/json', got {content_type!r}")
+    if not meta and content_type is None and if_match is None and not if_none_match:
+        return NO_WRITE_OPTIONS
+    return WriteOptions(content_type, meta, bool(if_none_match), if_match)
+

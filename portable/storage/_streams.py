@@ -1,0 +1,227 @@
+"""Streamed reads and writes: ``Bucket.open(key, "rb" | "wb")`` and the file objects it returns."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import IO, Any, Literal, TypeVar, overload
+
+from ..driver.storage import StorageCapabilities, StorageDriver, WriteStream, check_key
+from ..errors import InvalidArgument, PortableError
+from ..resilience import Guard
+from ._checks import checked_bytes, checked_write_options
+
+R = TypeVar("R")
+
+#: The default part size of streamed writes.
+DEFAULT_PART_SIZE = 8 * 1024 * 1024
+
+
+class BucketWriter(io.RawIOBase):
+    """The file object returned by ``Bucket.open(key, "wb")``.
+
+    Bytes are buffered into parts and handed to the driver; :meth:`close`
+    commits. Leaving a ``with`` block by an exception aborts instead, so a
+    failed or interrupted write leaves no object behind.
+    """
+
+    def __init__(self, guard: Guard, key: str, stream: WriteStream, part_size: int) -> None:
+        super().__init__()
+        self._guard = guard
+        self._key = key
+        self._stream = stream
+        self._part_size = part_size
+        self._buffer = bytearray()
+        self._written = 0
+        self._done = False
+        self.etag: str | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self._done:
+            raise ValueError("write to a closed portable writer")
+        chunk = checked_bytes(data)
+        self._buffer += chunk
+        self._written += len(chunk)
+        while len(self._buffer) >= self._part_size:
+            part = bytes(self._buffer[: self._part_size])
+            del self._buffer[: self._part_size]
+            self._call_or_abort("write", self._stream.write, part)
+        return len(chunk)
+
+    def tell(self) -> int:
+        return self._written
+
+    def _call_or_abort(self, what: str, fn: Callable[..., R], *args: Any) -> R:
+        """Run a stream call under the write policy; any failure aborts the whole write."""
+        try:
+            return self._guard.call("write", f"{what} {self._key}", fn, *args)
+        except BaseException:
+            self.abort()
+            raise
+
+    def close(self) -> None:
+        """Commit the object (with its conditions). Idempotent."""
+        if self._done:
+            return
+        if self._buffer:
+            self._call_or_abort("write", self._stream.write, bytes(self._buffer))
+            self._buffer.clear()
+        self.etag = self._call_or_abort("commit", self._stream.commit)
+        self._done = True
+        super().close()
+
+    def abort(self) -> None:
+        """Discard what was written; nothing becomes visible."""
+        if self._done:
+            return
+        self._done = True
+        self._buffer.clear()
+        try:
+            self._stream.abort()
+        finally:
+            super().close()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        # Garbage-collected without close(): never commit a possibly truncated object.
+        if not self._done:
+            try:
+                self.abort()
+            except Exception:
+                pass  # best effort in a finaliser: the object was never visible
+
+
+class BucketReader(io.RawIOBase):
+    """The file object returned by ``Bucket.open(key, "rb")``.
+
+    It delegates to the driver's stream and turns each native error into the
+    portable error its driver classifies it as (once, with ``__cause__``).
+    A read is not retried mid-stream: reopen and seek to resume.
+    """
+
+    def __init__(self, guard: Guard, key: str, inner: IO[bytes]) -> None:
+        super().__init__()
+        self._guard = guard
+        self._what = f"read {key}"
+        self._inner = inner
+
+    def _native(self, fn: Callable[..., R], *args: Any) -> R:
+        """Call the driver's stream; its error becomes the portable error it is classified as."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise self._wrap(exc) from exc
+
+    def _wrap(self, exc: Exception) -> PortableError:
+        return self._guard.wrap(self._what, exc)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return bool(self._native(self._inner.seekable))
+
+    def readinto(self, buffer: Any) -> int:
+        readinto = getattr(self._inner, "readinto", None)
+        if readinto is not None:
+            return int(self._native(readinto, buffer))
+        data = self._native(self._inner.read, len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._native(self._inner.read, -1 if size is None else size)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        return self._native(self._inner.readline, -1 if size is None else size)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._native(self._inner.seek, offset, whence)
+
+    def tell(self) -> int:
+        return self._native(self._inner.tell)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._native(self._inner.close)
+            finally:
+                super().close()
+
+
+class StreamOperations:
+    """``Bucket.open``: the streamed half of :class:`~portable.storage.Bucket`."""
+
+    __slots__ = ()
+
+    _caps: StorageCapabilities
+    _driver: StorageDriver
+    _guard: Guard
+    _max_key: int
+    provider: str
+
+    @overload
+    def open(self, key: str, mode: Literal["rb"] = "rb") -> IO[bytes]: ...
+    @overload
+    def open(
+        self,
+        key: str,
+        mode: Literal["wb"],
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        if_none_match: Literal["*"] | None = None,
+        if_match: str | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+    ) -> IO[bytes]: ...
+    def open(
+        self,
+        key: str,
+        mode: Literal["rb", "wb"] = "rb",
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        if_none_match: Literal["*"] | None = None,
+        if_match: str | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+    ) -> IO[bytes]:
+        """Open a stream on the object.
+
+        ``"rb"`` reads; ``"wb"`` writes in parts of ``part_size`` bytes
+        (multipart upload where the provider has it) and makes the object
+        visible only when the stream is closed. Inside a ``with`` block an
+        exception aborts the write: no partial object is ever visible. The
+        write's conditions are checked at commit; see
+        ``capabilities.conditional_streaming_write``.
+
+        Args:
+            part_size: bytes per part. Defaults to 8 MiB; at least the
+                provider's ``min_part_bytes``.
+        """
+        check_key(key, self._max_key)
+        if mode == "rb":
+            if content_type or metadata or if_none_match or if_match:
+                raise InvalidArgument("write options apply to mode 'wb' only")
+            inner = self._guard.call("read", f"open {key}", self._driver.open_read, key)
+            return BucketReader(self._guard, key, inner)  # type: ignore[return-value]
+        if mode != "wb":
+            raise InvalidArgument(f"mode must be 'rb' or 'wb', got {mode!r}")
+        if type(part_size) is not int or part_size < self._caps.min_part_bytes:
+            raise InvalidArgument(
+                f"part_size must be an int >= {self._caps.min_part_bytes} on {self.provider}://, got {part_size!r}"
+            )
+        options = checked_write_options(content_type, metadata, if_none_match, if_match, self._caps, self.provider)
+        stream = self._guard.call("write", f"open {key}", self._driver.open_write, key, options, part_size)
+        return BucketWriter(self._guard, key, stream, part_size)  # type: ignore[return-value]
