@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Literal, TypeVar
 
-from ..errors import InvalidKey
+from ..errors import InvalidKey, Unsupported
 from . import Capabilities, Classifier
 
 __all__ = [
@@ -88,7 +88,6 @@ def check_key(key: object, max_bytes: int = 1024) -> str:
             "'/'-separated names such as 'reports/2026/11.json'"
         )
     return key
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +164,6 @@ class StorageCapabilities(Capabilities):
     max_object_bytes: int | None = None
     max_metadata_bytes: int | None = 2048
     min_part_bytes: int = 5 * 1024 * 1024
-
 
 
 class WriteStream(abc.ABC):
@@ -270,9 +268,10 @@ class StorageDriver(Classifier, abc.ABC):
     def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
     ) -> str:
-        """Return a URL that allows ``method`` on ``key`` without credentials until expiry."""
-        from ..errors import Unsupported
+        """Return a URL that allows ``method`` on ``key`` without credentials until expiry.
 
+        The default raises Unsupported: a driver that can sign overrides it.
+        """
         raise Unsupported(f"{self.scheme}:// cannot sign URLs", provider=self.scheme)
 
     def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
@@ -315,16 +314,16 @@ R = TypeVar("R")
 def _fan_out(fn: Callable[[A], R], args: list[A], concurrency: int) -> list[R | BaseException]:
     """Run ``fn`` over ``args`` on at most ``concurrency`` threads; errors are returned, not raised."""
 
-    def safe(arg: A) -> R | BaseException:
+    def result_or_error(arg: A) -> R | BaseException:
         try:
             return fn(arg)
         except Exception as exc:
             return exc
 
     if len(args) <= 1:
-        return [safe(a) for a in args]
+        return [result_or_error(a) for a in args]
     with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(args))), thread_name_prefix="portable-batch") as pool:
-        return list(pool.map(safe, args))
+        return list(pool.map(result_or_error, args))
 
 
 def page_of_sorted_keys(

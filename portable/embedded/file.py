@@ -47,11 +47,12 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 from ..driver.storage import (
     ListPage,
@@ -67,14 +68,19 @@ from ..urls import ParsedURL
 
 __all__ = ["FileStorage"]
 
-_RESERVED = ".portable"
-_TMP = ".portable-tmp-"
-_META = ".portable-meta."
-_MAX_SEGMENT = 255 - len(_META)
+_RESERVED_NAME_PREFIX = ".portable"
+_TEMP_FILE_PREFIX = ".portable-tmp-"
+_SIDECAR_PREFIX = ".portable-meta."
+_MAX_SEGMENT_BYTES = 255 - len(_SIDECAR_PREFIX)
+_COPY_BUFFER_BYTES = 1 << 20
 
 
-def _etag(st: os.stat_result) -> str:
+def _etag_of(st: os.stat_result) -> str:
     return f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"'
+
+
+def _modified_of(st: os.stat_result) -> dt.datetime:
+    return dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, dt.UTC)
 
 
 class FileStorage(StorageDriver):
@@ -101,19 +107,19 @@ class FileStorage(StorageDriver):
         return cls(os.path.expanduser(path), fsync=fsync)
 
     # -- paths ------------------------------------------------------------
-    def _path(self, key: str) -> Path:
-        if _RESERVED in key and any(seg.startswith(_RESERVED) for seg in key.split("/")):
-            raise InvalidKey(f"key {key!r}: names starting with {_RESERVED} are reserved by file://")
-        if len(key) > 63 and any(len(seg.encode()) > _MAX_SEGMENT for seg in key.split("/")):
+    def _path_of(self, key: str) -> Path:
+        if _RESERVED_NAME_PREFIX in key and any(seg.startswith(_RESERVED_NAME_PREFIX) for seg in key.split("/")):
+            raise InvalidKey(f"key {key!r}: names starting with {_RESERVED_NAME_PREFIX} are reserved by file://")
+        if len(key) > 63 and any(len(seg.encode()) > _MAX_SEGMENT_BYTES for seg in key.split("/")):
             raise InvalidKey(
                 f"key {key[:60]!r}...: file:// stores each '/'-separated segment as a file name, "
-                f"which is limited here to {_MAX_SEGMENT} bytes; split the key with '/'"
+                f"which is limited here to {_MAX_SEGMENT_BYTES} bytes; split the key with '/'"
             )
         return self.root / key
 
     @staticmethod
-    def _meta_path(path: Path) -> Path:
-        return path.with_name(_META + path.name)
+    def _sidecar_path(path: Path) -> Path:
+        return path.with_name(_SIDECAR_PREFIX + path.name)
 
     @contextlib.contextmanager
     def _locked(self, folder: Path) -> Iterator[None]:
@@ -135,100 +141,103 @@ class FileStorage(StorageDriver):
 
     # -- reads --------------------------------------------------------------
     def get(self, key: str) -> bytes:
-        with open(self._path(key), "rb") as fh:
+        with open(self._path_of(key), "rb") as fh:
             return fh.read()
 
     def get_range(self, key: str, start: int, end: int | None) -> bytes:
-        with open(self._path(key), "rb") as fh:
+        with open(self._path_of(key), "rb") as fh:
             fh.seek(start)
             return fh.read() if end is None else fh.read(end - start)
 
     def head(self, key: str) -> ObjectInfo:
-        path = self._path(key)
+        path = self._path_of(key)
         st = path.stat()
         if not path.is_file():
             raise NotFound(f"no object {key!r} (it is a folder)", provider=self.scheme)
-        etag = _etag(st)
+        etag = _etag_of(st)
         content_type, metadata = None, {}
         try:
-            side = json.loads(self._meta_path(path).read_bytes())
-            if side.get("etag") == etag:
-                content_type, metadata = side.get("content_type"), side.get("metadata", {})
+            sidecar = json.loads(self._sidecar_path(path).read_bytes())
+            if sidecar.get("etag") == etag:
+                content_type, metadata = sidecar.get("content_type"), sidecar.get("metadata", {})
         except (OSError, ValueError):
             pass  # no sidecar, or one that belongs to an earlier version: no metadata
-        modified = dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, dt.UTC)
-        return ObjectInfo(key, st.st_size, etag, modified, content_type, metadata)
+        return ObjectInfo(key, st.st_size, etag, _modified_of(st), content_type, metadata)
 
     def open_read(self, key: str) -> IO[bytes]:
-        path = self._path(key)
+        path = self._path_of(key)
         if path.is_dir():
             raise NotFound(f"no object {key!r} (it is a folder)", provider=self.scheme)
         return open(path, "rb")
 
     # -- writes ---------------------------------------------------------------
-    def _temp(self, path: Path) -> tuple[int, str]:
+    def _temp_file_beside(self, path: Path) -> tuple[int, str]:
         """Create a temporary file beside ``path`` (same file system, so rename is atomic)."""
         try:
-            return tempfile.mkstemp(dir=path.parent, prefix=_TMP)
+            return tempfile.mkstemp(dir=path.parent, prefix=_TEMP_FILE_PREFIX)
         except (FileNotFoundError, NotADirectoryError):
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
-                raise self._conflict(path.relative_to(self.root).as_posix()) from None
-            return tempfile.mkstemp(dir=path.parent, prefix=_TMP)
+                raise self._file_folder_clash(path.relative_to(self.root).as_posix()) from None
+            return tempfile.mkstemp(dir=path.parent, prefix=_TEMP_FILE_PREFIX)
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> str:
-        path = self._path(key)
-        fd, tmp = self._temp(path)
+        return self._write_whole(key, options, lambda fh: fh.write(data))
+
+    def _write_whole(self, key: str, options: WriteOptions, fill: Callable[[BinaryIO], object]) -> str:
+        """Write a temporary file with ``fill`` and install it under ``key``; on failure leave nothing."""
+        path = self._path_of(key)
+        fd, tmp = self._temp_file_beside(path)
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                fill(fh)
                 if self._fsync:
                     fh.flush()
                     os.fsync(fh.fileno())
-            return self._install(key, path, tmp, options)
+            return self._install_temp_file(key, path, tmp, options)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            self._prune(path.parent)
+            self._remove_empty_folders(path.parent)
             raise
 
-    def _install(self, key: str, path: Path, tmp: str, options: WriteOptions) -> str:
+    def _install_temp_file(self, key: str, path: Path, tmp: str, options: WriteOptions) -> str:
         """Move a finished temporary file into place, honouring the conditions."""
         now = time.time_ns()
         os.utime(tmp, ns=(now, now))
-        etag = _etag(os.stat(tmp))
-        side = None
+        etag = _etag_of(os.stat(tmp))
+        sidecar = None
         if options.content_type or options.metadata:
-            side = json.dumps(
+            sidecar = json.dumps(
                 {"etag": etag, "content_type": options.content_type, "metadata": dict(options.metadata)}
             ).encode()
         with self._locked(path.parent):
             if options.if_none_match or options.if_match is not None:
                 try:
-                    current = _etag(path.stat()) if path.is_file() else None
+                    current = _etag_of(path.stat()) if path.is_file() else None
                 except FileNotFoundError:
                     current = None
                 if options.if_none_match and current is not None:
                     raise AlreadyExists(f"{key!r} exists", provider=self.scheme)
                 if options.if_match is not None and current != options.if_match:
                     raise PreconditionFailed(f"{key!r} does not have etag {options.if_match}", provider=self.scheme)
-            meta = self._meta_path(path)
-            if side is not None:
-                meta_tmp = tmp + ".meta"
-                with open(meta_tmp, "wb") as fh:
-                    fh.write(side)
-                os.replace(meta_tmp, meta)
+            sidecar_path = self._sidecar_path(path)
+            if sidecar is not None:
+                sidecar_tmp = tmp + ".meta"
+                with open(sidecar_tmp, "wb") as fh:
+                    fh.write(sidecar)
+                os.replace(sidecar_tmp, sidecar_path)
             else:
                 with contextlib.suppress(FileNotFoundError):
-                    meta.unlink()
+                    sidecar_path.unlink()
             try:
                 os.replace(tmp, path)
             except IsADirectoryError:
-                raise self._conflict(key) from None
+                raise self._file_folder_clash(key) from None
             except OSError as exc:
                 if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
-                    raise self._conflict(key) from None
+                    raise self._file_folder_clash(key) from None
                 raise
             if self._fsync:
                 dir_fd = os.open(path.parent, os.O_RDONLY)
@@ -238,7 +247,7 @@ class FileStorage(StorageDriver):
                     os.close(dir_fd)
         return etag
 
-    def _conflict(self, key: str) -> InvalidKey:
+    def _file_folder_clash(self, key: str) -> InvalidKey:
         return InvalidKey(
             f"file:// cannot store {key!r}: a file system path cannot be both an object and a "
             "folder of objects (another key is a prefix of it, or it is a prefix of another key)",
@@ -246,7 +255,7 @@ class FileStorage(StorageDriver):
         )
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
+        path = self._path_of(key)
         try:
             lock = self._locked(path.parent)
             lock.__enter__()
@@ -260,12 +269,12 @@ class FileStorage(StorageDriver):
             except (FileNotFoundError, NotADirectoryError):
                 return
             with contextlib.suppress(FileNotFoundError):
-                self._meta_path(path).unlink()
+                self._sidecar_path(path).unlink()
         finally:
             lock.__exit__(None, None, None)
-        self._prune(path.parent)
+        self._remove_empty_folders(path.parent)
 
-    def _prune(self, folder: Path) -> None:
+    def _remove_empty_folders(self, folder: Path) -> None:
         """Remove folders left empty by a delete, up to the root."""
         while folder != self.root and self.root in folder.parents:
             try:
@@ -276,22 +285,17 @@ class FileStorage(StorageDriver):
 
     def copy(self, src: str, dst: str) -> str:
         info = self.head(src)
-        path = self._path(dst)
-        fd, tmp = self._temp(path)
-        try:
-            with os.fdopen(fd, "wb") as out, open(self._path(src), "rb") as inp:
-                while chunk := inp.read(1 << 20):
-                    out.write(chunk)
-            return self._install(dst, path, tmp, WriteOptions(info.content_type, info.metadata))
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            self._prune(path.parent)
-            raise
+        source = self._path_of(src)
+
+        def fill(out: BinaryIO) -> None:
+            with open(source, "rb") as inp:
+                shutil.copyfileobj(inp, out, _COPY_BUFFER_BYTES)
+
+        return self._write_whole(dst, WriteOptions(info.content_type, info.metadata), fill)
 
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
-        path = self._path(key)
-        fd, tmp = self._temp(path)
+        path = self._path_of(key)
+        fd, tmp = self._temp_file_beside(path)
         return _FileWrite(self, key, options, fd, tmp)
 
     # -- listing ------------------------------------------------------------
@@ -308,13 +312,12 @@ class FileStorage(StorageDriver):
                 st = os.stat(self.root / key)
             except OSError:
                 return None
-            modified = dt.datetime.fromtimestamp(st.st_mtime_ns / 1e9, dt.UTC)
-            return ObjectInfo(key, st.st_size, _etag(st), modified)
+            return ObjectInfo(key, st.st_size, _etag_of(st), _modified_of(st))
 
-        keys = self._walk(start_dir, rel, prefix, after, delimiter is not None)
+        keys = self._sorted_keys(start_dir, rel, prefix, after, delimiter is not None)
         return page_of_sorted_keys(keys, info, prefix, delimiter, start_after, page_size, token)
 
-    def _walk(self, folder: Path, rel: str, prefix: str, after: str, shallow: bool) -> Iterator[str]:
+    def _sorted_keys(self, folder: Path, rel: str, prefix: str, after: str, shallow: bool) -> Iterator[str]:
         """Yield keys under ``folder`` in lexical order (folders sort as ``name/``)."""
         try:
             entries = list(os.scandir(folder))
@@ -322,7 +325,7 @@ class FileStorage(StorageDriver):
             return
         named: list[tuple[str, os.DirEntry[str]]] = []
         for entry in entries:
-            if entry.name.startswith(_RESERVED):
+            if entry.name.startswith(_RESERVED_NAME_PREFIX):
                 continue
             is_dir = entry.is_dir(follow_symlinks=False)
             named.append((rel + entry.name + ("/" if is_dir else ""), entry))
@@ -334,7 +337,7 @@ class FileStorage(StorageDriver):
                     continue
                 if name < after and not after.startswith(name):
                     continue
-                below = self._walk(Path(entry.path), name, prefix, after, shallow)
+                below = self._sorted_keys(Path(entry.path), name, prefix, after, shallow)
                 if shallow and len(name) > len(prefix):
                     first = next(below, None)  # one key stands for the folded prefix
                     if first is not None:
@@ -362,7 +365,7 @@ class _FileWrite(WriteStream):
             if self._driver._fsync:
                 os.fsync(self._fh.fileno())
             self._fh.close()
-            return self._driver._install(self._key, self._driver._path(self._key), self._tmp, self._options)
+            return self._driver._install_temp_file(self._key, self._driver._path_of(self._key), self._tmp, self._options)
         except BaseException:
             self.abort()
             raise
@@ -371,4 +374,4 @@ class _FileWrite(WriteStream):
         self._fh.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._tmp)
-        self._driver._prune(Path(self._tmp).parent)
+        self._driver._remove_empty_folders(Path(self._tmp).parent)

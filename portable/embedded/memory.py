@@ -38,7 +38,7 @@ __all__ = ["MemoryStorage"]
 
 
 @dataclass(slots=True)
-class _Object:
+class _StoredObject:
     data: bytes
     etag: str
     modified: dt.datetime
@@ -46,15 +46,15 @@ class _Object:
     metadata: dict[str, str]
 
 
-class _Store:
+class _ObjectStore:
     def __init__(self) -> None:
-        self.objects: dict[str, _Object] = {}
+        self.objects: dict[str, _StoredObject] = {}
         self.lock = threading.Lock()
         self.counter = itertools.count(1)
 
 
-_SHARED: dict[str, _Store] = {}
-_SHARED_LOCK = threading.Lock()
+_NAMED_STORES: dict[str, _ObjectStore] = {}
+_NAMED_STORES_LOCK = threading.Lock()
 
 
 class MemoryStorage(StorageDriver):
@@ -66,23 +66,23 @@ class MemoryStorage(StorageDriver):
     def __init__(self, name: str = "") -> None:
         self.endpoint = f"mem://{name}"
         if name:
-            with _SHARED_LOCK:
-                self._store = _SHARED.setdefault(name, _Store())
+            with _NAMED_STORES_LOCK:
+                self._store = _NAMED_STORES.setdefault(name, _ObjectStore())
         else:
-            self._store = _Store()
+            self._store = _ObjectStore()
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> MemoryStorage:
         url.done()
         return cls((url.netloc + url.path).strip("/"))
 
-    def _missing(self, key: str) -> NotFound:
+    def _not_found(self, key: str) -> NotFound:
         return NotFound(f"no object {key!r}", provider=self.scheme)
 
     def get(self, key: str) -> bytes:
         obj = self._store.objects.get(key)
         if obj is None:
-            raise self._missing(key)
+            raise self._not_found(key)
         return obj.data
 
     def get_range(self, key: str, start: int, end: int | None) -> bytes:
@@ -91,7 +91,7 @@ class MemoryStorage(StorageDriver):
     def head(self, key: str) -> ObjectInfo:
         obj = self._store.objects.get(key)
         if obj is None:
-            raise self._missing(key)
+            raise self._not_found(key)
         return ObjectInfo(key, len(obj.data), obj.etag, obj.modified, obj.content_type, dict(obj.metadata))
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> str:
@@ -104,7 +104,7 @@ class MemoryStorage(StorageDriver):
                 if current is None or current.etag != options.if_match:
                     raise PreconditionFailed(f"{key!r} does not have etag {options.if_match}", provider=self.scheme)
             etag = f'"m{next(store.counter)}"'
-            store.objects[key] = _Object(
+            store.objects[key] = _StoredObject(
                 data, etag, dt.datetime.now(dt.UTC), options.content_type, dict(options.metadata)
             )
         return etag
@@ -116,7 +116,7 @@ class MemoryStorage(StorageDriver):
     def copy(self, src: str, dst: str) -> str:
         obj = self._store.objects.get(src)
         if obj is None:
-            raise self._missing(src)
+            raise self._not_found(src)
         return self.put(dst, obj.data, WriteOptions(obj.content_type, obj.metadata))
 
     def open_read(self, key: str) -> IO[bytes]:
