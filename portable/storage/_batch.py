@@ -9,12 +9,12 @@ retried on its own under the policy, so one throttled object does not fail
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from ..driver.storage import ObjectInfo, StorageCapabilities, StorageDriver, check_key
+from ..driver.storage import check_key
 from ..errors import InvalidArgument, NotFound
-from ..resilience import Guard
 from ._checks import check_prefix, checked_bytes, checked_write_options
+from ._state import BucketState
 
 T = TypeVar("T")
 
@@ -31,27 +31,10 @@ def driver_batches(items: list[T]) -> Iterator[list[T]]:
         yield items[i : i + DRIVER_BATCH_SIZE]
 
 
-class BatchOperations:
+class BatchOperations(BucketState):
     """The batch half of :class:`~portable.storage.Bucket`."""
 
     __slots__ = ()
-
-    _caps: StorageCapabilities
-    _driver: StorageDriver
-    _guard: Guard
-    _max_key: int
-    provider: str
-
-    if TYPE_CHECKING:
-
-        def list(
-            self,
-            prefix: str = "",
-            *,
-            delimiter: str | None = None,
-            start_after: str | None = None,
-            page_size: int = 1000,
-        ) -> Iterator[ObjectInfo]: ...
 
     def get_many(self, keys: Iterable[str], *, missing_ok: bool = False) -> dict[str, bytes]:
         """Fetch many objects concurrently (the driver's native concurrency, bounded).

@@ -7,10 +7,11 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import IO, Any, Literal, TypeVar, overload
 
-from ..driver.storage import StorageCapabilities, StorageDriver, WriteStream, check_key
+from ..driver.storage import WriteStream, check_key
 from ..errors import InvalidArgument, PortableError
 from ..resilience import Guard
 from ._checks import checked_bytes, checked_write_options
+from ._state import BucketState
 
 R = TypeVar("R")
 
@@ -161,16 +162,10 @@ class BucketReader(io.RawIOBase):
                 super().close()
 
 
-class StreamOperations:
+class StreamOperations(BucketState):
     """``Bucket.open``: the streamed half of :class:`~portable.storage.Bucket`."""
 
     __slots__ = ()
-
-    _caps: StorageCapabilities
-    _driver: StorageDriver
-    _guard: Guard
-    _max_key: int
-    provider: str
 
     @overload
     def open(self, key: str, mode: Literal["rb"] = "rb") -> IO[bytes]: ...
