@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from dataclasses import dataclass
 from email.parser import Parser
@@ -43,7 +44,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE = "portable-cloud"
 HINT = re.compile(r"pip install '([^']+)'|pip install (\S+)")
 
-pytestmark = pytest.mark.slow  # builds eight wheels: ~10 s
 
 
 def _distribution_dirs() -> list[Path]:
@@ -163,7 +163,7 @@ def _find_uv() -> Path | None:
     return Path(found) if found else None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # builds eight wheels: 5 to 10 s
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     uv = _find_uv()
     if uv is None:
@@ -203,6 +203,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     return Setup(uv, wheelhouse, wheels, excludes, python, results, work)
 
 
+@pytest.mark.slow
 def test_every_distribution_builds_and_depends_on_the_core(setup: Setup) -> None:
     assert CORE in setup.wheels
     assert "portable" in setup.wheels[CORE].top_level
@@ -221,6 +222,7 @@ def _case_id(case: tuple[str, str]) -> str:
     return f"{domain}-{scheme}" + (f"-{query}" if query else "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("domain", "url"), CASES, ids=[_case_id(c) for c in CASES])
 def test_the_install_hint_installs_this_projects_distribution(setup: Setup, domain: str, url: str) -> None:
     result = setup.results[f"{url} {domain}"]
@@ -263,3 +265,75 @@ def test_the_install_hint_installs_this_projects_distribution(setup: Setup, doma
             f"{domain} {url} needs the module {missing}, but {requirement} installs "
             f"{sorted(planned)}, which do not hold it"
         )
+
+
+# -- the install commands written in the repository ----------------------------------------------
+
+_PIP_INSTALL = re.compile(r"pip install\b")
+_ARG = re.compile(r"^[\w.\-\[\],;{}'\"`/=<>~!:@+()]+$")
+_NAMED = re.compile(r"^(portable[\w.-]*)(?:\[([^\]]*)\])?$")
+
+
+def _declared() -> dict[str, set[str]]:
+    """``{distribution: its extras}`` from every pyproject.toml of the repository."""
+    declared = {}
+    for directory in _distribution_dirs():
+        project = tomllib.loads((directory / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        declared[canonicalize_name(project["name"])] = set(project.get("optional-dependencies", {}))
+    return declared
+
+
+def _written_files() -> list[Path]:
+    files = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for top in ("portable", "adapters", "contrib"):
+        files += sorted(p for p in (ROOT / top).rglob("*") if p.suffix in (".py", ".md") and "__pycache__" not in p.parts)
+    return [f for f in files if f.is_file()]
+
+
+def _install_commands(text: str) -> list[tuple[int, list[str]]]:
+    """``(line, requirement tokens)`` of each ``pip install`` in ``text``.
+
+    A command ends with its line, or with the next line when nothing follows ``pip install`` on
+    its own (a docstring that wraps), and at a comment or the end of inline code.
+    """
+    found = []
+    for match in _PIP_INSTALL.finditer(text):
+        rest = text[match.end() :].split("\n", 2)
+        words = rest[0].split() or (rest[1].split() if len(rest) > 1 else [])
+        tokens = []
+        for word in words:
+            if word.startswith("#") or not _ARG.match(word):
+                break
+            tokens.append(word.strip("'\"`(),;."))
+            if word.rstrip(",;.").endswith(("`", ")")):
+                break
+        found.append((text.count("\n", 0, match.start()) + 1, tokens))
+    return found
+
+
+def test_every_install_command_names_this_projects_distributions():
+    """Each ``pip install portable...`` in the docs, READMEs and code names a distribution of
+    this repository (``portable-cloud``, ``portable-cloud-aws``, ...) and extras it declares."""
+    declared = _declared()
+    bad = []
+    for path in _written_files():
+        for line, tokens in _install_commands(path.read_text(encoding="utf-8")):
+            for token in tokens:
+                named = _NAMED.match(token)
+                if named is None:
+                    continue
+                where = f"{path.relative_to(ROOT)}:{line}: pip install ... {token}"
+                name = canonicalize_name(named.group(1))
+                if name not in declared:
+                    bad.append(f"{where}: no distribution {name!r} here")
+                    continue
+                extras = named.group(2)
+                if extras is None or "{" in extras:
+                    continue
+                unknown = sorted({e.strip() for e in extras.split(",")} - declared[name])
+                if unknown:
+                    bad.append(f"{where}: {name} declares no extra {', '.join(unknown)}")
+    assert not bad, (
+        f"install commands that do not install this project (its distributions: {', '.join(sorted(declared))}):\n"
+        + "\n".join(bad)
+    )
