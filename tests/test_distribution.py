@@ -12,9 +12,13 @@ without ``?engine=``, and the ``redis://``/``rediss://`` idempotency stores):
    installs exactly the distributions the hint names through ``portable-cloud``'s extras
    (``portable-cloud[aws]`` -> ``portable-cloud-aws``), all of them this project's; and the wheel
    installed holds the module whose absence raised the error (``s3://`` -> ``portable_obstore``),
-   so the hint names the distribution of the scheme's default engine.
+   so the hint names the distribution of the scheme's default engine. The hint never names
+   ``portable`` (with PyPI as index, that would install the unrelated project).
 
-What it does not prove: that the third-party dependencies (s3fs, boto3, ...) resolve together.
+And, without building anything: every ``pip install portable...`` written in the docs, the
+READMEs and the code names a distribution of this repository and extras it declares.
+
+The wheel tests are ``slow`` (5 to 10 s: eight wheel builds). What they do not prove: that the third-party dependencies (s3fs, boto3, ...) resolve together.
 They are excluded from the resolution (``uv pip install --excludes``), so the test downloads
 nothing from PyPI and runs offline once uv's cache holds the build backend (hatchling; with
 network, uv fetches it).
