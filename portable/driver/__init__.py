@@ -1,5 +1,16 @@
-"""What an adapter implements. Application code uses :mod:`portable.storage`,
-:mod:`portable.messaging` and :mod:`portable.compute`, never these protocols.
+"""What an adapter implements, and the public helpers it may use.
+
+Application code uses :mod:`portable.storage`, :mod:`portable.messaging`,
+:mod:`portable.compute` and :mod:`portable.idempotency`, never these protocols.
+
+Imports run one way: the portable types build on this package, and no module
+of ``portable.driver`` imports a portable type module (``portable.storage``,
+``portable.messaging``, ``portable.compute``, ``portable.idempotency``, nor
+their submodules; ``if TYPE_CHECKING:`` imports aside). What drivers share
+lives here instead. An adapter or contrib distribution imports only public
+modules: this package, :mod:`portable.errors`, :mod:`portable.urls`
+(``ParsedURL``) and the public names of the portable types, never a private
+``portable._*`` module. ``tests/test_architecture.py`` enforces both rules.
 
 Every driver follows three rules:
 
@@ -10,6 +21,46 @@ Every driver follows three rules:
    :meth:`Classifier.retry_after`. The portable layer wraps each error once.
 3. It never retries. It turns its SDK's own retries off (or to the minimum)
    so that a call has one retry budget, owned by :mod:`portable.resilience`.
+
+The public driver surface, module by module, and what an adapter takes from it:
+
+``portable.driver`` (this module)
+    :class:`Capabilities`, the base of every domain's capability record;
+    :class:`Classifier`, the default error classification every driver base
+    class inherits (override ``code_of`` to map a library's errors);
+    :class:`ErrorCode`, the stable codes ``code_of`` returns.
+``portable.driver.storage``
+    :class:`StorageDriver` and :class:`WriteStream` to subclass; the records
+    they exchange (``ObjectInfo``, ``ListPage``, ``WriteOptions``,
+    ``StorageCapabilities``); ``check_key``, the portable key rules a
+    ``Bucket`` applies before a driver sees a key (a driver that makes keys
+    of its own checks them the same way); ``page_of_sorted_keys``, one
+    listing page (prefix, delimiter, start_after, page token) cut from a
+    sorted set of keys, as the embedded drivers list.
+``portable.driver.messaging``
+    :class:`MessagingDriver`, :class:`TopicDriver` and
+    :class:`SubscriptionDriver` to subclass; the messages they exchange
+    (``OutgoingMessage``, ``ReceivedMessage``: the delivery a driver returns,
+    which the portable ``Message`` wraps), ``QueueStats``,
+    ``MessagingCapabilities``, and the reserved attribute names
+    (``IDEMPOTENCY_ATTRIBUTE``, ``RESERVED_PREFIX``).
+``portable.driver.compute``
+    :class:`ComputeDriver` to subclass; ``JobSpec``, ``Resources``,
+    ``JobStatus``, ``JobState``, ``ComputeCapabilities`` and ``RESERVED_ENV``
+    (the variables the launcher owns); the polling wait helper behind
+    ``ComputeDriver.wait``, for a driver that waits by describing a job until
+    it ends.
+``portable.driver.idempotency``
+    the ``IdempotencyStore`` protocol a store implements, ``Claim`` and
+    ``ClaimStatus``, and the record helpers every store shares:
+    ``fingerprint``, ``new_token``, ``check_claim_args``, ``check_result``,
+    ``conflict_error``, ``lost_error``, ``without_options`` and the defaults
+    ``DEFAULT_LEASE``, ``DEFAULT_TTL``, ``DEFAULT_MAX_RESULT_BYTES``.
+``portable.driver.redaction``
+    ``redact``, which masks secrets (URL passwords, secret query options,
+    connection-string keys) in any text a driver shows: reprs, log lines,
+    error messages; ``is_secret_option`` and ``SECRET_OPTION_NAMES`` for a
+    driver that reads options of its own.
 """
 
 from __future__ import annotations
