@@ -56,8 +56,8 @@ def check_topic_name(name: str, what: str = "topic") -> str:
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """Everything a ``kafka://`` URL says, validated. See the module docstring of
-    :mod:`portable_kafka.kafka` for what each option means and its default."""
+    """Everything a ``kafka://`` URL says, validated. docs/adapters/kafka.md says what
+    each option means and its default."""
 
     bootstrap: tuple[str, ...]
     topic: str | None
@@ -94,6 +94,12 @@ class KafkaSettings:
     @property
     def endpoint(self) -> str:
         return ",".join(self.bootstrap)
+
+    @property
+    def send_timeout(self) -> float:
+        """Seconds to wait for one sent record's acknowledgement: ``delivery_timeout``
+        (kafka-python's own resends included) and one more request."""
+        return self.delivery_timeout + self.request_timeout
 
     # -- client configurations --------------------------------------------------
     def _common(self, password: Callable[[], str | None]) -> dict[str, Any]:
