@@ -32,7 +32,6 @@ from ._records import (
 )
 
 if TYPE_CHECKING:
-    from ._settings import KafkaSettings
     from .kafka import KafkaMessaging
 
 __all__ = ["Settlement"]
@@ -56,9 +55,6 @@ class Settlement(LocalLeases):
     consumer is free (``_poll_lock`` taken without waiting); ``receive`` and
     ``close`` commit whatever is left.
     """
-
-    settings: KafkaSettings
-    topic: str
 
     def __init__(self, driver: KafkaMessaging) -> None:
         super().__init__()

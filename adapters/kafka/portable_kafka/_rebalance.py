@@ -76,9 +76,7 @@ class Rebalancing(Settlement):
                     self._resume_on_return.add(tp)
                 self._paused.discard(tp)
             for delivery in [d for d in self._leased.values() if d.tp in gone]:
-                self._unlease(delivery)  # its lease batch skips it when the lease ends
-                if delivery._key is not None:
-                    self._busy_keys.discard(delivery._key)
+                self._withdraw(delivery)  # its lease batch skips it when the lease ends
             self._ready = deque(d for d in self._ready if d.tp not in gone)
             self._held = [h for h in self._held if h[2].tp not in gone]
             heapq.heapify(self._held)

@@ -328,9 +328,7 @@ class LocalLeases(SubscriptionDriver):
                     delivery.batch = _LeaseBatch([delivery])
                     heapq.heappush(leases, (delivery.lease_ends, next(self._tiebreak), delivery.batch))
                     continue
-                self._unlease(delivery)
-                if delivery._key is not None:
-                    self._busy_keys.discard(delivery._key)
+                self._withdraw(delivery)
                 expired.append(self._next_attempt(delivery))
             batch.items = _NO_DELIVERIES
         if expired:
@@ -356,6 +354,14 @@ class LocalLeases(SubscriptionDriver):
         if not batch.left:
             batch.items = _NO_DELIVERIES
 
+    def _withdraw(self, delivery: _Delivery) -> None:
+        """Take ``delivery`` out of flight without settling it (its lease ended, it is held for a
+        local retry, or its partition left) and unlock its key; records blocked behind the key stay
+        where they are (caller holds _state)."""
+        self._unlease(delivery)
+        if delivery._key is not None:
+            self._busy_keys.discard(delivery._key)
+
     def _release_key(self, key: str) -> None:
         """The message of ``key`` in flight was settled: the key's next one goes first (caller holds _state)."""
         self._busy_keys.discard(key)
@@ -368,9 +374,7 @@ class LocalLeases(SubscriptionDriver):
     def _redeliver_locally(self, delivery: _Delivery, delay: float) -> None:
         """retry_topic=none: hold the record here, its offset uncommitted, and deliver it again later
         (caller holds _state)."""
-        self._unlease(delivery)
-        if delivery._key is not None:
-            self._busy_keys.discard(delivery._key)
+        self._withdraw(delivery)
         again = self._next_attempt(delivery)
         again.due = time.monotonic() + delay
         heapq.heappush(self._held, (again.due, next(self._tiebreak), again))
