@@ -56,8 +56,8 @@ def check_topic_name(name: str, what: str = "topic") -> str:
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """Everything a ``kafka://`` URL says, validated. See the module docstring of
-    :mod:`portable_kafka.kafka` for what each option means and its default."""
+    """Everything a ``kafka://`` URL says, validated. docs/adapters/kafka.md says what
+    each option means and its default."""
 
     bootstrap: tuple[str, ...]
     topic: str | None
@@ -95,8 +95,14 @@ class KafkaSettings:
     def endpoint(self) -> str:
         return ",".join(self.bootstrap)
 
+    @property
+    def send_timeout(self) -> float:
+        """Seconds to wait for one sent record's acknowledgement: ``delivery_timeout``
+        (kafka-python's own resends included) and one more request."""
+        return self.delivery_timeout + self.request_timeout
+
     # -- client configurations --------------------------------------------------
-    def _common(self, password: Callable[[], str | None]) -> dict[str, Any]:
+    def _common_config(self, password: Callable[[], str | None]) -> dict[str, Any]:
         config: dict[str, Any] = {
             "bootstrap_servers": list(self.bootstrap),
             "client_id": self.client_id,
@@ -127,7 +133,7 @@ class KafkaSettings:
         idempotence the producer does not retry at all, and portable's Guard
         owns every retry.
         """
-        config = self._common(password)
+        config = self._common_config(password)
         linger = self.linger_ms
         delivery_ms = int(self.delivery_timeout * 1000)
         request_ms = min(int(self.request_timeout * 1000), max(1000, delivery_ms - linger))
@@ -161,7 +167,7 @@ class KafkaSettings:
             "roundrobin": RoundRobinPartitionAssignor,
             "cooperative-sticky": CooperativeStickyAssignor,
         }[self.assignor]
-        config = self._common(password)
+        config = self._common_config(password)
         config.update(
             group_id=self.group,
             enable_auto_commit=False,
@@ -177,7 +183,7 @@ class KafkaSettings:
         return config
 
     def admin_config(self, password: Callable[[], str | None]) -> dict[str, Any]:
-        return self._common(password)
+        return self._common_config(password)
 
     # -- derived names and URLs --------------------------------------------------
     def url_for(self, topic: str, group: str | None, **overrides: str) -> str:
@@ -191,7 +197,7 @@ class KafkaSettings:
         return f"kafka://{self.endpoint}/{topic}" + (f"?{query}" if query else "")
 
 
-def _bootstrap(url: ParsedURL) -> tuple[str, ...]:
+def _bootstrap_servers(url: ParsedURL) -> tuple[str, ...]:
     netloc = url.netloc
     if "@" in netloc:
         raise InvalidURL(
@@ -214,7 +220,8 @@ def _bootstrap(url: ParsedURL) -> tuple[str, ...]:
     return tuple(servers)
 
 
-def _choice(url: ParsedURL, name: str, choices: tuple[str, ...], default: str | None, upper: bool) -> str | None:
+def _one_of(url: ParsedURL, name: str, choices: tuple[str, ...], default: str | None, upper: bool) -> str | None:
+    """Option ``name`` (or ``default``) in the case of ``choices``; InvalidURL if it is none of them."""
     value = url.take_str(name, default)
     if value is None:
         return None
@@ -224,7 +231,7 @@ def _choice(url: ParsedURL, name: str, choices: tuple[str, ...], default: str | 
     return normal
 
 
-def _positive(url: ParsedURL, name: str, value: float, *, allow_zero: bool = False) -> None:
+def _check_positive(url: ParsedURL, name: str, value: float, *, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidURL(f"option {name} in {url} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
 
@@ -232,14 +239,14 @@ def _positive(url: ParsedURL, name: str, value: float, *, allow_zero: bool = Fal
 def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> KafkaSettings:
     """Read every option of a ``kafka://`` URL; raise InvalidURL naming what to fix."""
     environ = os.environ if env is None else env
-    bootstrap = _bootstrap(url)
+    bootstrap = _bootstrap_servers(url)
     path = url.path.strip("/")
     if "/" in path:
         raise InvalidURL(f"{url}: write one topic after the brokers: kafka://host:9092/TOPIC")
     topic = check_topic_name(path) if path else None
     shown: dict[str, str] = {}
 
-    def keep(name: str) -> None:
+    def show_if_given(name: str) -> None:
         if name in url.options:
             shown[name] = url.options[name]
 
@@ -251,8 +258,8 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
     group = url.take_str("group")
     if group is not None and (not group or len(group) > 255 or not group.isprintable()):
         raise InvalidURL(f"option group={group!r} in {url} must be 1 to 255 printable characters")
-    security = _choice(url, "security_protocol", SECURITY_PROTOCOLS, "PLAINTEXT", True)
-    mechanism = _choice(url, "sasl_mechanism", SASL_MECHANISMS, None, True)
+    security = _one_of(url, "security_protocol", SECURITY_PROTOCOLS, "PLAINTEXT", True)
+    mechanism = _one_of(url, "sasl_mechanism", SASL_MECHANISMS, None, True)
     assert security is not None
     if mechanism and not security.startswith("SASL_"):
         raise InvalidURL(
@@ -274,7 +281,7 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
     ssl_check_hostname = url.take("ssl_check_hostname", bool, True)
     for name in ("group", "security_protocol", "sasl_mechanism", "sasl_username", "sasl_username_env",
                  "sasl_password_env", "ssl_cafile", "ssl_check_hostname"):  # fmt: skip
-        keep(name)
+        show_if_given(name)
 
     settings: dict[str, Any] = {}
     for name, kind, default in (
@@ -293,17 +300,17 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
         ("delivery_timeout", float, 60.0),
     ):
         settings[name] = url.take(name, kind, default)
-        keep(name)
+        show_if_given(name)
     heartbeat = url.take("heartbeat_interval_ms", int, min(3000, settings["session_timeout_ms"] // 3))
-    keep("heartbeat_interval_ms")
-    acks = _choice(url, "acks", ("all", "1", "0"), "all", False)
-    start = _choice(url, "start", ("earliest", "latest"), "earliest", False)
-    assignor = _choice(url, "assignor", ASSIGNORS, "range", False)
-    compression = _choice(url, "compression", COMPRESSIONS, "none", False)
+    show_if_given("heartbeat_interval_ms")
+    acks = _one_of(url, "acks", ("all", "1", "0"), "all", False)
+    start = _one_of(url, "start", ("earliest", "latest"), "earliest", False)
+    assignor = _one_of(url, "assignor", ASSIGNORS, "range", False)
+    compression = _one_of(url, "compression", COMPRESSIONS, "none", False)
     retry_topic = url.take_str("retry_topic")
     dead_letter_topic = url.take_str("dead_letter_topic")
     for name in ("acks", "start", "assignor", "compression", "retry_topic", "dead_letter_topic"):
-        keep(name)
+        show_if_given(name)
     url.done()
 
     if settings["partitions"] == 0 or settings["partitions"] < -1:
@@ -311,11 +318,11 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
     if settings["replication"] == 0 or settings["replication"] < -1:
         raise InvalidURL(f"option replication in {url} must be >= 1 (or -1 for the broker's default)")
     for name in ("linger_ms",):
-        _positive(url, name, settings[name], allow_zero=True)
+        _check_positive(url, name, settings[name], allow_zero=True)
     for name in ("batch_size", "max_message_bytes", "session_timeout_ms", "max_poll_interval_ms",
                  "connect_timeout", "request_timeout", "delivery_timeout"):  # fmt: skip
-        _positive(url, name, settings[name])
-    _positive(url, "heartbeat_interval_ms", heartbeat)
+        _check_positive(url, name, settings[name])
+    _check_positive(url, "heartbeat_interval_ms", heartbeat)
     if heartbeat >= settings["session_timeout_ms"]:
         raise InvalidURL(f"{url}: heartbeat_interval_ms must be below session_timeout_ms")
     if settings["idempotent"] and acks != "all":
@@ -323,8 +330,8 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
     if compression in ("snappy", "lz4", "zstd"):
         _check_codec(url, compression)
 
-    retry_topic = _derived(url, topic, group, retry_topic, "retry", "retry_topic")
-    dead_letter_topic = _derived(url, topic, group, dead_letter_topic, "dlq", "dead_letter_topic")
+    retry_topic = _retry_or_dead_letter_topic(url, topic, group, retry_topic, "retry", "retry_topic")
+    dead_letter_topic = _retry_or_dead_letter_topic(url, topic, group, dead_letter_topic, "dlq", "dead_letter_topic")
     for derived in (retry_topic, dead_letter_topic):
         if derived is not None and derived == topic:
             raise InvalidURL(f"{url}: the retry and dead-letter topics must differ from the topic")
@@ -351,9 +358,10 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
     )
 
 
-def _derived(
+def _retry_or_dead_letter_topic(
     url: ParsedURL, topic: str | None, group: str | None, given: str | None, suffix: str, option: str
 ) -> str | None:
+    """The retry or dead-letter topic: ``given`` (``none`` for none), else ``TOPIC.GROUP.SUFFIX``."""
     if given is not None:
         return None if given.lower() == NONE else check_topic_name(given, option.replace("_", " "))
     if topic is None or group is None:

@@ -200,9 +200,10 @@ def test_paused_partitions_resume_and_keys_stay_in_order(
 ) -> None:
     """Key-blocked records pile up, so partitions are paused and resumed many times
     (kafka-python 3.0.12 strands a resumed partition's parked records without the driver's fix)."""
+    import portable_kafka._receive as receiving
     import portable_kafka.kafka as driver
 
-    monkeypatch.setattr(driver, "_PAUSE_AT", 4)
+    monkeypatch.setattr(receiving, "_PAUSE_AT", 4)
     paused: list[int] = []
     pace = driver.KafkaSubscription._pace
 

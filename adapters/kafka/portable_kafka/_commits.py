@@ -1,0 +1,222 @@
+"""Settling messages (ack, nack, dead letter) and the offset commits that follow.
+
+Kafka commits one offset per partition: "everything below this is done". An
+ack marks one message done in its partition's :class:`~._progress.PartitionProgress`,
+and the commit point moves only over a contiguous run of done offsets, so a
+commit never passes a message still in flight. Commits are sent when
+``receive`` starts, shortly after acks, before partitions are revoked, and on
+``close``. A nack or dead letter publishes a copy first (to the retry or
+dead-letter topic) and then settles the original like an ack.
+"""
+
+# mypy: disable-error-code="import-untyped"
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from portable.driver.messaging import ReceivedMessage
+from portable.errors import Unsupported
+from portable.resilience import remaining
+
+from ._receive import LocalLeases, _Delivery, _LostLease
+from ._records import (
+    ATTEMPT_HEADER,
+    DUE_HEADER,
+    ORIGINAL_ID_HEADER,
+    PUBLISHED_HEADER,
+    epoch_ms,
+    to_headers,
+)
+
+if TYPE_CHECKING:
+    from .kafka import KafkaMessaging
+
+__all__ = ["Settlement"]
+
+log = logging.getLogger("portable.kafka")
+
+#: Reserved dead-letter attributes (portable.messaging writes the same names).
+_DL_REASON = "portable.dead_letter_reason"
+_DL_SOURCE = "portable.dead_letter_source"
+_DL_ATTEMPTS = "portable.delivery_attempts"
+_DL_ORIGINAL = "portable.original_id"
+
+#: Acks trigger a commit at most this often (seconds); receive and close always commit.
+_ACK_COMMIT_INTERVAL = 0.2
+
+
+class Settlement(LocalLeases):
+    """ack, nack and dead_letter of leased deliveries, and the commits of the offsets they free.
+
+    Handler threads settle under ``_state`` and send a commit only when the
+    consumer is free (``_poll_lock`` taken without waiting); ``receive`` and
+    ``close`` commit whatever is left.
+    """
+
+    def __init__(self, driver: KafkaMessaging) -> None:
+        super().__init__()
+        s = driver.settings
+        assert s.topic is not None and s.group is not None
+        self._driver = driver
+        self.settings = s
+        self.topic = s.topic
+        self.retry_topic = s.retry_topic
+        self.dead_letter_topic = s.dead_letter_topic
+        self._producer: Any = None  # of retry and dead-letter copies, made on first use
+        self._last_commit = 0.0
+        self._closed = False
+        self._commit_timeout_ms = int(s.request_timeout * 1000)
+        self._send_timeout = s.send_timeout
+
+    # -- commits -----------------------------------------------------------------
+    def _offsets_to_commit(self, partitions: Iterable[Any] | None = None) -> dict[Any, Any]:
+        """The offsets whose commit point moved, of ``partitions`` or all, marked as being committed."""
+        from kafka.structs import OffsetAndMetadata
+
+        offsets: dict[Any, Any] = {}
+        with self._state:
+            for tp in self._progress if partitions is None else partitions:
+                progress = self._progress.get(tp)
+                at = progress.to_commit() if progress is not None else None
+                if at is not None:
+                    assert progress is not None
+                    progress.committed = at
+                    offsets[tp] = OffsetAndMetadata(at, "", -1)
+        return offsets
+
+    def _commit_async(self) -> None:
+        """Send the commits that are due without waiting for the answer (caller holds _poll_lock)."""
+        offsets = self._offsets_to_commit()
+        if not offsets:
+            return
+        self._last_commit = time.monotonic()
+
+        def done(committed: Any, result: Any) -> None:
+            if isinstance(result, BaseException):
+                log.debug("async commit of %s failed: %s; the next commit covers it", committed, result)
+                with self._state:
+                    for tp, meta in committed.items():
+                        progress = self._progress.get(tp)
+                        if progress is not None and progress.committed == meta.offset:
+                            progress.committed = None
+
+        self.consumer.commit_async(offsets, callback=done)
+
+    def _commit_soon(self) -> None:
+        """After an ack: commit now if the consumer is free and the last commit is not too recent."""
+        if time.monotonic() - self._last_commit < _ACK_COMMIT_INTERVAL and self._ready:
+            return
+        if self._poll_lock.acquire(blocking=False):
+            try:
+                if not self._closed:
+                    self._commit_async()
+            except Exception as exc:  # receive and close commit again
+                log.debug("commit after ack failed: %s", exc)
+            finally:
+                self._poll_lock.release()
+
+    # -- settling ----------------------------------------------------------------
+    def _settle(self, delivery: _Delivery) -> None:
+        """Mark ``delivery`` done and let the next message of its key go (caller holds _state)."""
+        self._unlease(delivery)
+        self._progress[delivery.tp].settle(delivery.offset)
+        if delivery._key is not None:
+            self._release_key(delivery._key)
+
+    def _settle_if_leased(self, handle: Any, delivery: _Delivery) -> None:
+        """Settle ``delivery`` after its copy was published, unless its partition left meanwhile."""
+        with self._state:
+            if self._leased.get(handle) is not delivery:
+                raise _LostLease(
+                    "the message's partition moved to another group member while it was being "
+                    "republished; it will also be delivered again from the last commit",
+                    provider="kafka",
+                )
+            self._settle(delivery)
+
+    def ack(self, handle: Any) -> None:
+        with self._state:
+            self._settle(self._leased_delivery(handle))
+        self._commit_soon()
+
+    def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
+        handles = list(handles)
+        out: list[BaseException | None] = [None] * len(handles)
+        leased = self._leased
+        with self._state:
+            for i, handle in enumerate(handles):
+                delivery = leased.get(handle)
+                if delivery is None:
+                    out[i] = _LostLease("the message is no longer leased here", provider="kafka")
+                else:
+                    self._settle(delivery)
+        self._commit_soon()
+        return out
+
+    def nack(self, handle: Any, delay: float) -> None:
+        if self.retry_topic is None:
+            with self._state:
+                self._redeliver_locally(self._leased_delivery(handle), delay)
+            return
+        with self._state:
+            delivery = self._leased_delivery(handle)
+        extra = {
+            ATTEMPT_HEADER: str(delivery.delivery_attempt + 1),
+            DUE_HEADER: str(epoch_ms() + int(delay * 1000)),
+            ORIGINAL_ID_HEADER: delivery.id,
+            PUBLISHED_HEADER: str(int(delivery.publish_time.timestamp() * 1000)),
+        }
+        self._republish(self.retry_topic, delivery, dict(delivery.attributes), extra)
+        self._settle_if_leased(handle, delivery)
+        self._commit_soon()
+
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        if self.dead_letter_topic is None:
+            raise Unsupported("this Kafka subscription has no dead-letter topic (dead_letter_topic=none)")
+        with self._state:
+            delivery = self._leased_delivery(message.handle)
+        attributes = dict(delivery.attributes)
+        attributes.update(
+            {
+                _DL_REASON: reason,
+                _DL_SOURCE: self.settings.url_for(self.topic, self.settings.group),
+                _DL_ATTEMPTS: str(delivery.delivery_attempt),
+                _DL_ORIGINAL: delivery.id,
+            }
+        )
+        self._republish(self.dead_letter_topic, delivery, attributes, None)
+        self._settle_if_leased(message.handle, delivery)
+        self._commit_soon()
+
+    def dead_letter_url(self) -> str | None:
+        if self.dead_letter_topic is None:
+            return None
+        return self.settings.url_for(
+            self.dead_letter_topic, f"{self.settings.group}.dlq", retry_topic="none", dead_letter_topic="none"
+        )
+
+    # -- copies to the retry and dead-letter topics ---------------------------------
+    def producer(self) -> Any:
+        """The producer of retry and dead-letter copies, started on first use."""
+        with self._state:
+            producer = self._producer
+        if producer is None:
+            producer = self._driver.new_producer()
+            with self._state:
+                if self._producer is None:
+                    self._producer = producer
+                else:
+                    producer.close(timeout=1)
+                    producer = self._producer
+        return producer
+
+    def _republish(
+        self, topic: str, delivery: _Delivery, attributes: dict[str, str], extra: dict[str, str] | None
+    ) -> None:
+        future = self.producer().send(
+            topic, value=delivery.body, key=delivery.raw_key, headers=to_headers(attributes, extra)
+        )
+        future.get(timeout=remaining(self._send_timeout))

@@ -1,0 +1,413 @@
+"""The receiving side's bookkeeping inside one group member: fetched records, local leases, key order.
+
+Kafka has no per-message lease: the partition assignment is the lease between
+members. Inside a member, :class:`LocalLeases` keeps portable's lease itself.
+Each fetched record becomes one :class:`_Delivery` (the Message the application
+gets) that is *ready* (deliverable now), *held* (a retry copy not yet due),
+*key-blocked* (a record of a key whose earlier message is in flight) or
+*leased* (delivered, not yet settled, until its local lease ends).
+
+A consumer handles many thousands of messages a second, so this path is
+written for speed: one object per message, C-speed attribute stores, and
+records without headers turned into deliveries inline, without a call.
+"""
+
+# mypy: disable-error-code="import-untyped"
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import heapq
+import itertools
+import logging
+import operator
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from portable.driver.messaging import SubscriptionDriver
+from portable.errors import PreconditionFailed
+from portable.messaging import Delivery
+
+from ._progress import PartitionProgress
+from ._records import (
+    ATTEMPT_HEADER,
+    DUE_HEADER,
+    INTERNAL_PREFIX,
+    ORIGINAL_ID_HEADER,
+    PUBLISHED_HEADER,
+    epoch_ms,
+    record_id,
+)
+
+__all__ = ["LocalLeases"]
+
+log = logging.getLogger("portable.kafka")
+
+#: A partition is paused while this many of its fetched messages wait here, resumed below half.
+_PAUSE_AT = 1000
+
+#: Shared by every delivery without headers (read-only, so one object serves all).
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+
+
+class _LostLease(PreconditionFailed):
+    """The message's partition left this member (or it was settled already)."""
+
+
+class _Delivery(Delivery):
+    """One delivery of a fetched record: the Message the application gets and this member's
+    bookkeeping of it, in one object.
+
+    A consumer handles many thousands of messages a second, and every object kept per
+    message in flight costs allocation and garbage-collector time, so there is one (a
+    :class:`portable.messaging.Delivery`, which the Subscription hands out as it is).
+    ``_handle`` is an int token, new for every delivery: a later delivery of the same
+    record is a new object with a new token, and a stale handle finds nothing.
+    """
+
+    __slots__ = ("batch", "due", "lease_ends", "offset", "raw_key", "tp")
+
+    tp: Any  # kafka.TopicPartition
+    offset: int
+    raw_key: bytes | None
+    due: float  # held copies: epoch ms from the header, then time.monotonic() when due
+    lease_ends: float  # time.monotonic()
+    batch: _LeaseBatch  # the receive that leased it
+
+    def __init__(
+        self,
+        id: str,
+        body: bytes,
+        attributes: Mapping[str, str],
+        key: str | None,
+        publish_time: dt.datetime,
+        delivery_attempt: int,
+        handle: int,
+        tp: Any = None,
+        offset: int = -1,
+        raw_key: bytes | None = None,
+        due: float = 0.0,
+    ) -> None:
+        self._id = id
+        self._body = body
+        self._attributes = attributes
+        self._key = key
+        self._published = publish_time
+        self._attempt = delivery_attempt
+        self._handle = handle
+        self.tp = tp
+        self.offset = offset
+        self.raw_key = raw_key
+        self.due = due
+
+
+class _LeaseBatch:
+    """The deliveries one receive leased together, until their lease ends or all are settled.
+
+    The lease heap holds batches, not deliveries, and a batch lets go of its
+    deliveries as soon as the last is settled: a settled message is not kept
+    alive (its body included) until its lease would have ended.
+    """
+
+    __slots__ = ("items", "left")
+
+    def __init__(self, items: list[_Delivery]) -> None:
+        self.items = items
+        self.left = len(items)
+
+
+#: What a batch holds once it let go of its deliveries.
+_NO_DELIVERIES: list[_Delivery] = []
+
+
+@functools.cache
+def _record_fields() -> Callable[[Any], tuple[int, int, bytes | None, bytes | None, Any]]:
+    """(offset, timestamp, key, value, headers) of a kafka-python ConsumerRecord, in one C call."""
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    names = ConsumerRecord._fields
+    return operator.itemgetter(*(names.index(n) for n in ("offset", "timestamp", "key", "value", "headers")))
+
+
+def _release_parked_records(consumer: Any) -> None:
+    """Work around kafka-python 3.0.12 stranding the records of a paused-then-resumed partition.
+
+    Its fetcher parks the fetched records of a partition paused before they were
+    returned, and gives them back after ``resume`` only while its "next
+    partition records" slot is None; but a drained slot keeps its empty object,
+    so the parked records (and with them every later fetch of that partition,
+    which waits for them) would never come. Emptying the drained slot lets the
+    fetcher pick them up on the next poll, as it intends.
+    """
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None or not getattr(fetcher, "_paused_partition_records", None):
+        return
+    current = getattr(fetcher, "_next_partition_records", None)
+    if current is not None and not current:
+        fetcher._next_partition_records = None
+
+
+class LocalLeases(SubscriptionDriver):
+    """Fetched records inside this member: ready, held, key-blocked or leased.
+
+    Threads: ``_poll_lock`` is held by whoever touches the consumer (it is not
+    thread-safe); ``_state`` guards the bookkeeping, which handler threads
+    (``ack``, ``extend_lease``) and kafka-python's network thread (the rebalance
+    listener) touch too. Methods that say "caller holds" a lock take none.
+    """
+
+    consumer: Any  # the member's kafka.KafkaConsumer, made by the subscription
+
+    def __init__(self) -> None:
+        self._poll_lock = threading.RLock()
+        self._state = threading.Lock()
+        self._progress: dict[Any, PartitionProgress] = {}  # assigned tp -> its fetched offsets
+        self._leased: dict[int, _Delivery] = {}  # handle -> delivery in flight
+        self._ready: deque[_Delivery] = deque()
+        self._held: list[tuple[float, int, _Delivery]] = []  # (due, tiebreak, delivery): not yet due
+        self._leases: list[tuple[float, int, _LeaseBatch]] = []  # (ends, tiebreak, batch), checked lazily
+        self._key_blocked: dict[str, deque[_Delivery]] = {}  # key -> later records of a key in flight
+        self._busy_keys: set[str] = set()  # keys with a delivery in flight
+        self._paused: set[Any] = set()  # tps paused because their records pile up here
+        self._last_publish_ms = -1  # publish times of a batch repeat: keep the last one's datetime
+        self._last_publish_time = dt.datetime.fromtimestamp(0, dt.UTC)
+        self._handles = itertools.count(1)
+        self._tiebreak = itertools.count()  # orders heap entries of equal time without comparing the rest
+
+    # -- fetched records ---------------------------------------------------------
+    def _track_fetched(self, records: Mapping[Any, list[Any]]) -> None:
+        """Track fetched records: ready now, or held until a retry copy is due (caller holds _poll_lock).
+
+        This runs once per fetched record, so the common record (no headers)
+        takes the inline path: one object per message, no call.
+        """
+        ready = self._ready.append
+        handle = self._handles.__next__
+        fields = _record_fields()
+        wall: int | None = None
+        with self._state:
+            last_ms, last_time = self._last_publish_ms, self._last_publish_time
+            for tp, batch in records.items():
+                progress = self._progress.get(tp)
+                if progress is None:
+                    continue  # revoked while the fetch was in flight
+                prefix = f"{tp.topic}/{tp.partition}/"
+                for record in progress.fetched_many(batch):
+                    offset, published, key, value, headers = fields(record)
+                    if headers:
+                        delivery = self._delivery_with_headers(tp, record)
+                        if delivery.due:
+                            wall = epoch_ms() if wall is None else wall
+                            if delivery.due > wall:
+                                delivery.due = time.monotonic() + (delivery.due - wall) / 1000.0
+                                heapq.heappush(self._held, (delivery.due, next(self._tiebreak), delivery))
+                                continue
+                        ready(delivery)
+                        continue
+                    if published != last_ms:  # records of one batch share it
+                        last_ms = published
+                        last_time = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
+                    ready(
+                        _Delivery(
+                            prefix + str(offset),
+                            b"" if value is None else value,
+                            _NO_ATTRIBUTES,
+                            None if key is None else key.decode("utf-8", "replace"),
+                            last_time,
+                            1,
+                            handle(),
+                            tp,
+                            offset,
+                            key,
+                            0.0,
+                        )
+                    )
+            self._last_publish_ms, self._last_publish_time = last_ms, last_time
+
+    def _delivery_with_headers(self, tp: Any, record: Any) -> _Delivery:
+        """The delivery of a record with headers: its attributes, and the retry headers of a copy read back."""
+        attributes: dict[str, str] = {}
+        attempt = 1
+        due = 0
+        original: str | None = None
+        published = record.timestamp
+        for name, value in record.headers:
+            text = value.decode("utf-8", "replace") if value is not None else ""
+            if name.startswith(INTERNAL_PREFIX):
+                try:
+                    if name == ATTEMPT_HEADER:
+                        attempt = max(1, int(text))
+                    elif name == DUE_HEADER:
+                        due = int(text)
+                    elif name == ORIGINAL_ID_HEADER:
+                        original = text
+                    elif name == PUBLISHED_HEADER:
+                        published = int(text)
+                except ValueError:
+                    log.warning("ignoring a malformed %s header on %s/%s", name, tp, record.offset)
+                continue
+            attributes[name] = text
+        key = record.key
+        return _Delivery(
+            original or record_id(tp.topic, tp.partition, record.offset),
+            b"" if record.value is None else record.value,
+            attributes,
+            None if key is None else key.decode("utf-8", "replace"),
+            dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC),
+            attempt,
+            next(self._handles),
+            tp,
+            record.offset,
+            key,
+            float(due),
+        )
+
+    def _next_attempt(self, old: _Delivery) -> _Delivery:
+        """The next delivery of the record ``old`` delivered: the next attempt, a new handle."""
+        return _Delivery(
+            old.id, old.body, old.attributes, old.key, old.publish_time, old.delivery_attempt + 1,
+            next(self._handles), old.tp, old.offset, old.raw_key, 0.0,
+        )  # fmt: skip
+
+    # -- leasing -------------------------------------------------------------------
+    def _lease_ready(self, max_messages: int, lease: float) -> list[_Delivery]:
+        """Deliver up to ``max_messages`` ready records, one in flight per key (caller holds _poll_lock)."""
+        now = time.monotonic()
+        taken: list[_Delivery] = []
+        with self._state:
+            if self._leases and self._leases[0][0] <= now:
+                self._take_back_expired(now)
+            leases = self._leases
+            while leases and not leases[0][2].left:  # settled in full: nothing to expire
+                heapq.heappop(leases)
+            held = self._held
+            while held and held[0][0] <= now:
+                self._ready.append(heapq.heappop(held)[2])
+            ready = self._ready
+            if not ready:
+                return taken
+            busy = self._busy_keys
+            leased = self._leased
+            ends = now + lease
+            lease_batch = _LeaseBatch(taken)
+            take = ready.popleft
+            add = taken.append
+            while ready and len(taken) < max_messages:
+                delivery = take()
+                key = delivery._key
+                if key is not None:
+                    if key in busy:
+                        self._key_blocked.setdefault(key, deque()).append(delivery)
+                        continue
+                    busy.add(key)
+                delivery.lease_ends = ends
+                delivery.batch = lease_batch
+                leased[delivery._handle] = delivery
+                add(delivery)
+            if taken:
+                lease_batch.left = len(taken)
+                heapq.heappush(self._leases, (ends, next(self._tiebreak), lease_batch))
+        return taken
+
+    def _take_back_expired(self, now: float) -> None:
+        """Take back deliveries whose lease ended; they go first, ahead of their key (caller holds _state)."""
+        leases = self._leases
+        leased = self._leased
+        expired: list[_Delivery] = []
+        while leases and leases[0][0] <= now:
+            batch: _LeaseBatch = heapq.heappop(leases)[2]
+            for delivery in batch.items:
+                if leased.get(delivery._handle) is not delivery:
+                    continue  # settled, or its partition left
+                if delivery.lease_ends > now:  # extended: look again then
+                    batch.left -= 1
+                    delivery.batch = _LeaseBatch([delivery])
+                    heapq.heappush(leases, (delivery.lease_ends, next(self._tiebreak), delivery.batch))
+                    continue
+                self._withdraw(delivery)
+                expired.append(self._next_attempt(delivery))
+            batch.items = _NO_DELIVERIES
+        if expired:
+            self._ready.extendleft(reversed(expired))
+
+    def _leased_delivery(self, handle: Any) -> _Delivery:
+        """The delivery in flight under ``handle`` (caller holds _state), or _LostLease."""
+        delivery = self._leased.get(handle)
+        if delivery is None:
+            raise _LostLease(
+                "the message is no longer leased here: its lease ended and it was delivered again, "
+                "its partition moved to another group member (it will be delivered again from the "
+                "last commit), or it was settled already",
+                provider="kafka",
+            )
+        return delivery
+
+    def _unlease(self, delivery: _Delivery) -> None:
+        """Take ``delivery`` out of the leased set; its batch lets go when it was the last (caller holds _state)."""
+        del self._leased[delivery._handle]
+        batch = delivery.batch
+        batch.left -= 1
+        if not batch.left:
+            batch.items = _NO_DELIVERIES
+
+    def _withdraw(self, delivery: _Delivery) -> None:
+        """Take ``delivery`` out of flight without settling it (its lease ended, it is held for a
+        local retry, or its partition left) and unlock its key; records blocked behind the key stay
+        where they are (caller holds _state)."""
+        self._unlease(delivery)
+        if delivery._key is not None:
+            self._busy_keys.discard(delivery._key)
+
+    def _release_key(self, key: str) -> None:
+        """The message of ``key`` in flight was settled: the key's next one goes first (caller holds _state)."""
+        self._busy_keys.discard(key)
+        blocked = self._key_blocked.get(key)
+        if blocked:
+            self._ready.appendleft(blocked.popleft())
+            if not blocked:
+                del self._key_blocked[key]
+
+    def _redeliver_locally(self, delivery: _Delivery, delay: float) -> None:
+        """retry_topic=none: hold the record here, its offset uncommitted, and deliver it again later
+        (caller holds _state)."""
+        self._withdraw(delivery)
+        again = self._next_attempt(delivery)
+        again.due = time.monotonic() + delay
+        heapq.heappush(self._held, (again.due, next(self._tiebreak), again))
+
+    def extend_lease(self, handle: Any, seconds: float) -> Any:
+        with self._state:
+            self._leased_delivery(handle).lease_ends = time.monotonic() + seconds
+        return handle
+
+    # -- flow control --------------------------------------------------------------
+    def _pace(self) -> None:
+        """Pause partitions whose held or key-blocked records pile up here; resume them when they drain
+        (caller holds _poll_lock)."""
+        with self._state:
+            if not self._paused and len(self._held) < _PAUSE_AT and self._key_blocked_count() < _PAUSE_AT:
+                return
+            counts: dict[Any, int] = {}
+            for _, _, entry in self._held:
+                counts[entry.tp] = counts.get(entry.tp, 0) + 1
+            for blocked in self._key_blocked.values():
+                for other in blocked:
+                    counts[other.tp] = counts.get(other.tp, 0) + 1
+            pause = [tp for tp, n in counts.items() if n >= _PAUSE_AT and tp not in self._paused]
+            resume = [tp for tp in self._paused if counts.get(tp, 0) < _PAUSE_AT // 2]
+            self._paused.update(pause)
+            self._paused.difference_update(resume)
+        if pause:
+            self.consumer.pause(*pause)
+        if resume:
+            self.consumer.resume(*resume)
+        if self._paused or resume:
+            _release_parked_records(self.consumer)
+
+    def _key_blocked_count(self) -> int:
+        """How many records wait behind a key in flight (caller holds _state)."""
+        return sum(len(b) for b in self._key_blocked.values()) if self._key_blocked else 0

@@ -1,0 +1,114 @@
+"""The receiving side of ``kafka://``: one consumer-group member per Subscription.
+
+:class:`KafkaSubscription` is built in layers, each a module:
+:class:`~._receive.LocalLeases` (fetched records, local leases, key order),
+:class:`~._commits.Settlement` (ack, nack, dead letters, offset commits) and
+:class:`~._rebalance.Rebalancing` (partitions coming and going); this module
+adds the consumer and the receive loop that drives them.
+"""
+
+# mypy: disable-error-code="import-untyped"
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from portable.driver.messaging import QueueStats
+from portable.errors import Unavailable
+
+from ._rebalance import Rebalancing, rebalance_listener
+from ._receive import _Delivery
+
+if TYPE_CHECKING:
+    from .kafka import KafkaMessaging
+
+__all__ = ["KafkaSubscription"]
+
+log = logging.getLogger("portable.kafka")
+
+#: How long close() waits for LeaveGroup. A member whose JoinGroup is still parked at the
+#: coordinator gets no answer before that join completes (requests on a connection are
+#: answered in order), so waiting request_timeout would stall close for 30 s; the group
+#: drops a member that left without a word after session_timeout_ms anyway.
+_CLOSE_TIMEOUT_MS = 3000
+
+
+class KafkaSubscription(Rebalancing):
+    """A consumer-group member: poll-based receive, contiguous-ack commits, retry and DLQ topics.
+
+    Threads: ``receive`` holds ``_poll_lock`` while it touches the consumer (which
+    is not thread-safe); ``ack``/``nack`` from handler threads touch only the
+    bookkeeping under ``_state`` and send commits when the consumer is free.
+    kafka-python's network thread runs the rebalance listener, which also takes
+    only ``_state``.
+    """
+
+    def __init__(self, driver: KafkaMessaging) -> None:
+        from kafka import KafkaConsumer
+
+        super().__init__(driver)
+        self.consumer = driver._connect(KafkaConsumer, driver.consumer_config(), "consumer")
+        topics = [self.topic] + ([self.retry_topic] if self.retry_topic else [])
+        self.consumer.subscribe(topics, listener=rebalance_listener(self))
+
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[_Delivery]:  # type: ignore[override]
+        deadline = time.monotonic() + wait
+        with self._poll_lock:
+            if self._closed:
+                raise Unavailable("the Kafka subscription is closed", provider="kafka")
+            self._commit_async()
+            polled = False
+            while True:
+                out = self._lease_ready(max_messages, lease)
+                if out:
+                    return out
+                now = time.monotonic()
+                left = deadline - now
+                if polled and left <= 0:
+                    return out
+                timeout = max(0.0, left)
+                with self._state:
+                    for heap in (self._held, self._leases):
+                        if heap:
+                            timeout = min(timeout, max(0.0, heap[0][0] - now))
+                self._pace()  # here nothing deliverable is buffered: only held and key-blocked records
+                records = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=max(max_messages, 10))
+                polled = True
+                if records:
+                    self._track_fetched(records)
+
+    def stats(self) -> QueueStats:
+        with self._poll_lock:
+            with self._state:
+                partitions = list(self._progress)
+                in_flight = len(self._leased)
+                delayed = len(self._held)
+                ready = len(self._ready) + self._key_blocked_count()
+            lag = 0
+            for tp in partitions:
+                high = self.consumer.highwater(tp)
+                if high is None:
+                    continue
+                try:
+                    position = self.consumer.position(tp, timeout_ms=1000)
+                except Exception:
+                    continue
+                lag += max(0, high - position)
+        return QueueStats(available=ready + lag, in_flight=in_flight, delayed=delayed, dead_letters=None)
+
+    def close(self) -> None:
+        with self._poll_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                offsets = self._offsets_to_commit()
+                if offsets:
+                    self.consumer.commit(offsets, timeout_ms=self._commit_timeout_ms)
+            except Exception as exc:
+                log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
+            finally:
+                self.consumer.close(autocommit=False, timeout_ms=_CLOSE_TIMEOUT_MS)
+                if self._producer is not None:
+                    self._producer.close(timeout=self.settings.request_timeout)
