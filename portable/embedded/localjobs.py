@@ -76,7 +76,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..driver.compute import ComputeCapabilities, ComputeDriver, JobSpec, JobState, JobStatus
+from ..driver.compute import (
+    ComputeCapabilities,
+    ComputeDriver,
+    JobSpec,
+    JobState,
+    JobStatus,
+    wait_for_status,
+)
 from ..errors import IdempotencyConflict, InvalidURL, NotFound
 from ..urls import ParsedURL
 from . import _localjobs_supervisor as sup
@@ -112,18 +119,8 @@ class LocalLauncher(ComputeDriver):
     """Jobs as local processes; state and logs in a folder."""
 
     scheme = "local"
-    capabilities = ComputeCapabilities(
-        containers=False,
-        gpus=False,
-        logs=True,
-        cancel=True,
-        checkpoints=True,
-        preempt=True,
-        timeouts=True,
-        retries=True,
-        idempotent_submit=True,
-        detached=True,
-    )
+    # the defaults (logs, cancel, checkpoints, timeouts, retries, idempotent submit, detached) and:
+    capabilities = ComputeCapabilities(preempt=True)
 
     def __init__(
         self, root: str | os.PathLike[str], *, workers: int = 4, grace: float = 10.0, idle: float = 30.0
@@ -322,15 +319,8 @@ class LocalLauncher(ComputeDriver):
         return _status(state)
 
     def wait(self, job_id: str, timeout: float) -> JobStatus:
-        end = time.monotonic() + timeout
-        delay = 0.001
-        while True:
-            status = self.describe(job_id)
-            left = end - time.monotonic()
-            if status.state.terminal or left <= 0:
-                return status
-            time.sleep(min(delay, left))
-            delay = min(delay * 1.5, 0.02)
+        # a poll reads one local file: poll often, so that wait() returns soon after the end
+        return wait_for_status(self.describe, job_id, timeout, poll=0.001, max_poll=0.02)
 
     def terminate(self, job_id: str, reason: str) -> None:
         if self._state(job_id)["state"] in sup.TERMINAL:

@@ -110,6 +110,7 @@ from portable.driver.compute import (
     JobState,
     JobStatus,
     Resources,
+    wait_for_status,
 )
 from portable.errors import ErrorCode, IdempotencyConflict, InvalidArgument, InvalidURL
 from portable.urls import ParsedURL
@@ -190,18 +191,9 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
     """Jobs on one AWS Batch job queue with one job definition."""
 
     scheme = "batch"
-    capabilities = ComputeCapabilities(
-        containers=True,
-        gpus=True,
-        logs=True,
-        cancel=True,
-        checkpoints=True,
-        preempt=False,
-        timeouts=True,
-        retries=True,
-        idempotent_submit=True,
-        detached=True,
-    )
+    # the defaults (logs, cancel, checkpoints, timeouts, retries, idempotent submit, detached) and
+    # containers and GPUs; Batch cannot be asked to reclaim a machine, so no preempt
+    capabilities = ComputeCapabilities(containers=True, gpus=True)
 
     def __init__(
         self,
@@ -501,15 +493,8 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         return iter([self._status(j) for j in jobs])
 
     def wait(self, job_id: str, timeout: float) -> JobStatus:
-        end = time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            status = self.describe(job_id)
-            left = end - time.monotonic()
-            if status.state.terminal or left <= 0:
-                return status
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, self.poll)
+        # every poll is a DescribeJobs request: back off quickly to the URL's poll interval
+        return wait_for_status(self.describe, job_id, timeout, poll=0.05, max_poll=self.poll, backoff=2.0)
 
     # -- logs ------------------------------------------------------------
     def logs(self, job_id: str, follow: bool) -> Iterator[str]:

@@ -295,18 +295,9 @@ class DaskLauncher(ComputeDriver):
     """Jobs as tasks on a Dask cluster."""
 
     scheme = "dask"
-    capabilities = ComputeCapabilities(
-        containers=False,
-        gpus=False,
-        logs=True,
-        cancel=True,
-        checkpoints=True,
-        preempt=True,
-        timeouts=True,
-        retries=True,
-        idempotent_submit=True,
-        detached=False,
-    )
+    # the defaults (logs, cancel, checkpoints, timeouts, retries, idempotent submit) and preempt;
+    # not detached: the jobs belong to this launcher's client
+    capabilities = ComputeCapabilities(preempt=True, detached=False)
 
     def __init__(self, client: Client, *, cluster: LocalCluster | None = None, grace: float = 10.0) -> None:
         self.client = client
