@@ -52,12 +52,13 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import urls
 from ._native import native_object
+from .cloudevents import CloudEvent
 from .config import Profile, check_requirements, load_profile
 from .driver import Classifier
 from .driver.compute import (
@@ -419,7 +420,7 @@ class Launcher:
     ``with``) to release the provider's connections. Closing never stops jobs.
     """
 
-    __slots__ = ("_driver", "_events", "_guard", "_once", "provider", "url")
+    __slots__ = ("_driver", "_events", "_guard", "_guard_no_retry", "provider", "url")
 
     def __init__(
         self,
@@ -434,7 +435,8 @@ class Launcher:
         self.provider = driver.scheme
         self.url = url
         self._guard = Guard(driver.scheme, driver.endpoint, driver, policy)
-        self._once = Guard(driver.scheme, driver.endpoint, _NoRetry(driver), policy)
+        # a submit without an idempotency key must not be retried: a lost answer could mean a launched job
+        self._guard_no_retry = Guard(driver.scheme, driver.endpoint, _NoRetry(driver), policy)
         self._events = None if events is None else _JobEvents(self, events, own_events)
 
     def __repr__(self) -> str:
@@ -468,9 +470,30 @@ class Launcher:
             Unsupported: GPUs asked of a provider without them.
             IdempotencyConflict: the key's job was submitted with another spec.
         """
+        return self.submit_with(spec, self._driver.submit)
+
+    def submit_with(self, spec: JobSpec, submit: Callable[[JobSpec], JobStatus]) -> Job:
+        """Start a job through ``submit``, a driver's own variant of
+        :meth:`ComputeDriver.submit` (``DaskLauncher.submit_call`` for a Python
+        callable), with everything :meth:`submit` does around it.
+
+        ``spec`` is checked and normalised first; ``submit`` gets the clean
+        spec and runs under this launcher's resilience policy, retried only
+        when the spec has an idempotency key; the job's events are published
+        when the launcher has an events topic.
+
+        Args:
+            spec: what to run.
+            submit: called with the normalised spec; returns the job's first status.
+
+        Raises:
+            InvalidArgument / InvalidKey / InvalidURL: a bad spec, before any request.
+            Unsupported: GPUs asked of a provider without them.
+            IdempotencyConflict: the key's job was submitted with another spec.
+        """
         clean = normalise_spec(spec, self._driver.capabilities)
-        guard = self._guard if clean.idempotency_key is not None else self._once
-        status = guard.call("submit", f"submit {clean.name}", self._driver.submit, clean)
+        guard = self._guard if clean.idempotency_key is not None else self._guard_no_retry
+        status = guard.call("submit", f"submit {clean.name}", submit, clean)
         if self._events is not None:
             self._events.watch(status)
         return Job(self, status.job_id)
@@ -599,8 +622,6 @@ class _JobEvents:
                 self._thread.start()
 
     def _publish(self, status: JobStatus) -> None:
-        from .cloudevents import CloudEvent
-
         event_id = f"{status.job_id}:{status.state.value}:{status.attempts}:{status.preemptions}"
         with self._lock:
             if self._last.get(status.job_id) == event_id:
@@ -612,7 +633,7 @@ class _JobEvents:
             subject=status.job_id,
             time=dt.datetime.now(dt.UTC),
             datacontenttype="application/json",
-            data=json.dumps(_status_data(status), separators=(",", ":")).encode("utf-8"),
+            data=json.dumps(_event_data(status), separators=(",", ":")).encode("utf-8"),
         )
         self._topic.publish_event(event)
         with self._lock:
@@ -650,23 +671,12 @@ class _JobEvents:
             self._topic.close()
 
 
-def _status_data(status: JobStatus) -> dict[str, Any]:
-    def when(value: dt.datetime | None) -> str | None:
-        return None if value is None else value.isoformat()
-
-    return {
-        "job_id": status.job_id,
-        "name": status.name,
-        "state": status.state.value,
-        "exit_code": status.exit_code,
-        "reason": status.reason,
-        "attempts": status.attempts,
-        "preemptions": status.preemptions,
-        "labels": dict(status.labels),
-        "created": when(status.created),
-        "started": when(status.started),
-        "finished": when(status.finished),
-    }
+def _event_data(status: JobStatus) -> dict[str, Any]:
+    """What a job event carries: the status as JSON, without its idempotency key
+    (events have never carried it; subscribers match jobs by id)."""
+    data = status.as_dict()
+    del data["idempotency_key"]
+    return data
 
 
 def open_driver(url: str) -> ComputeDriver:
@@ -678,23 +688,36 @@ def open_driver(url: str) -> ComputeDriver:
 
 
 def open_launcher(
-    url: str | None = None, *, profile: str | Profile | None = None, events: str | Topic | None = None
+    url: str | None = None,
+    *,
+    profile: str | Profile | None = None,
+    policy: ResiliencePolicy | None = None,
+    events: str | Topic | None = None,
 ) -> Launcher:
     """Open a launcher by URL, or the active profile's ``jobs`` URL.
 
-    The profile's resilience policy applies either way, and its ``requires``
-    are checked now: a launcher that lacks a required capability fails here
-    with MissingCapability.
+    The profile's resilience policy applies unless ``policy`` is given, and
+    its ``requires`` are checked now: a launcher that lacks a required
+    capability fails here with MissingCapability.
 
     Args:
+        url: the launcher's URL (``local://./.portable/jobs``). Defaults to
+            the profile's ``jobs``.
+        profile: a profile name or :class:`~portable.config.Profile`.
+            Defaults to the active profile.
+        policy: retries, breakers and deadline of every call, in place of the
+            profile's; it applies to the ``events`` topic this opens too.
+            Defaults to the profile's.
         events: a topic URL or :class:`~portable.messaging.Topic` to publish the
             submitted jobs' state changes to as CloudEvents (see the module
             docstring). Defaults to none.
 
     Raises:
         UnknownScheme / MissingDependency / InvalidURL / ConfigError: before any request.
+        MissingCapability: the profile requires what the launcher lacks.
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    resilience = policy or prof.resilience
     target = url or prof.jobs
     driver = open_driver(target)
     try:
@@ -703,12 +726,13 @@ def open_launcher(
         )
         topic: Topic | None = None
         if isinstance(events, str):
+            # here, not at the top: importing portable.compute must not load the messaging domain
             from .messaging import open_topic
 
-            topic = open_topic(events, profile=prof)
+            topic = open_topic(events, profile=prof, policy=resilience)
         elif events is not None:
             topic = events
     except BaseException:
         driver.close()
         raise
-    return Launcher(driver, url=target, policy=prof.resilience, events=topic, own_events=isinstance(events, str))
+    return Launcher(driver, url=target, policy=resilience, events=topic, own_events=isinstance(events, str))

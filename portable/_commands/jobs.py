@@ -80,23 +80,6 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _as_dict(status: JobStatus) -> dict[str, Any]:
-    return {
-        "job_id": status.job_id,
-        "name": status.name,
-        "state": status.state.value,
-        "exit_code": status.exit_code,
-        "reason": status.reason,
-        "attempts": status.attempts,
-        "preemptions": status.preemptions,
-        "labels": dict(status.labels),
-        "idempotency_key": status.idempotency_key,
-        "created": status.created.isoformat() if status.created else None,
-        "started": status.started.isoformat() if status.started else None,
-        "finished": status.finished.isoformat() if status.finished else None,
-    }
-
-
 def _line(status: JobStatus) -> str:
     code = "-" if status.exit_code is None else str(status.exit_code)
     when = status.created.strftime("%Y-%m-%d %H:%M:%S") if status.created else "-"
@@ -140,7 +123,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     status = _launcher(args).get(args.job_id).status()
-    print(json.dumps(_as_dict(status), indent=2) if args.json else _line(status))
+    print(json.dumps(status.as_dict(), indent=2) if args.json else _line(status))
     return 0
 
 
@@ -166,7 +149,7 @@ def _list(args: argparse.Namespace) -> int:
     states = [JobState(s) for s in args.state] or None
     found = _launcher(args).list(_pairs(args.label, "label"), states=states)
     if args.json:
-        print(json.dumps([_as_dict(s) for s in found], indent=2))
+        print(json.dumps([s.as_dict() for s in found], indent=2))
     else:
         for status in found:
             print(_line(status))

@@ -217,7 +217,34 @@ class JobStatus:
 
     @property
     def succeeded(self) -> bool:
+        """True when the job ended SUCCEEDED."""
         return self.state is JobState.SUCCEEDED
+
+    def as_dict(self) -> dict[str, Any]:
+        """The status as JSON-ready values: the state by its value, times in ISO 8601, labels a dict.
+
+        The keys are the attribute names, in the order above; ``portable jobs
+        status --json`` prints this, and job events carry it without
+        ``idempotency_key``.
+        """
+
+        def when(value: dt.datetime | None) -> str | None:
+            return None if value is None else value.isoformat()
+
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "state": self.state.value,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "preemptions": self.preemptions,
+            "labels": dict(self.labels),
+            "idempotency_key": self.idempotency_key,
+            "created": when(self.created),
+            "started": when(self.started),
+            "finished": when(self.finished),
+        }
 
 
 @dataclass(frozen=True, slots=True)

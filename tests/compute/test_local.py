@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from portable.compute import JobSpec, JobState, open_launcher
+from portable.config import Profile
 from portable.embedded.localjobs import LocalLauncher
 from portable.errors import InvalidURL, MissingCapability
+from portable.resilience import ResiliencePolicy, RetryPolicy
 from portable.testing.compute_suite import poll_until
 
 from .conftest import process_gone
@@ -263,6 +265,16 @@ def test_open_from_the_profile(jobs_dir: Path, monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(MissingCapability, match="gpus"):
         open_launcher(profile="gpu")
     assert open_launcher(profile="spot").capabilities.preempt
+
+
+def test_a_policy_overrides_the_profiles_for_the_launcher_and_its_events(jobs_dir: Path, unique_name: str) -> None:
+    mine = ResiliencePolicy(retry=RetryPolicy(max_attempts=1), breaker=None)
+    profiles = Profile("p", storage="mem://", queue="mem://", jobs=_url(jobs_dir), resilience=ResiliencePolicy(deadline=30))
+    with open_launcher(profile=profiles, policy=mine, events=f"mem://{unique_name}") as launcher:
+        assert launcher._guard.policy is mine and launcher._guard_no_retry.policy is mine
+        assert launcher._events is not None and launcher._events._topic._guard.policy is mine
+    with open_launcher(profile=profiles) as launcher:
+        assert launcher._guard.policy is profiles.resilience
 
 
 def test_default_url_is_a_folder_under_the_working_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

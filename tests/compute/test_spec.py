@@ -98,3 +98,12 @@ def test_importing_compute_loads_no_dask() -> None:
     code = "import sys, portable.compute, portable.checkpoint; print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {'dask', 'distributed', 'portable_dask'})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_importing_compute_loads_no_messaging() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, portable.compute; print('portable.messaging' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -84,7 +84,7 @@ from typing import Any
 from distributed import Client, Future, LocalCluster, get_worker
 from distributed.comm.core import CommClosedError
 
-from portable.compute import Job, JobSpec, Launcher, normalise_spec
+from portable.compute import Job, JobSpec, Launcher
 from portable.driver.compute import ComputeCapabilities, ComputeDriver, JobState, JobStatus
 from portable.errors import ErrorCode, IdempotencyConflict, InvalidURL, NotFound, Unsupported
 from portable.urls import ParsedURL
@@ -695,17 +695,12 @@ def submit_callable(
         raise Unsupported(f"submit_callable needs a dask:// launcher, not {launcher.provider}://")
     label = name or getattr(fn, "__name__", "call").strip("_<>") or "call"
     label = "".join(c if c.isalnum() or c in "-_" else "-" for c in label)[:128] or "call"
-    spec = normalise_spec(
-        JobSpec(
-            command=[f"python:{getattr(fn, '__qualname__', 'callable')}"],
-            name=label if label[0].isalnum() else f"call{label}"[:128],
-            labels=dict(labels or {}),
-            retries=retries,
-            timeout=timeout,
-            idempotency_key=idempotency_key,
-        ),
-        driver.capabilities,
+    spec = JobSpec(
+        command=[f"python:{getattr(fn, '__qualname__', 'callable')}"],
+        name=label if label[0].isalnum() else f"call{label}"[:128],
+        labels=dict(labels or {}),
+        retries=retries,
+        timeout=timeout,
+        idempotency_key=idempotency_key,
     )
-    guard = launcher._guard if idempotency_key is not None else launcher._once
-    status = guard.call("submit", f"submit {spec.name}", driver.submit_call, spec, fn, args, kwargs)
-    return Job(launcher, status.job_id)
+    return launcher.submit_with(spec, lambda clean: driver.submit_call(clean, fn, args, kwargs))
