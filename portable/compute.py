@@ -103,13 +103,13 @@ __all__ = [
 
 T = TypeVar("T")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,255}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_MEMORY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_MEMORY_AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 _MEMORY_UNITS: dict[str, float] = {
     "": 1.0,
     "mi": 1.0,
@@ -129,7 +129,7 @@ _MEMORY_UNITS: dict[str, float] = {
 }
 _MAX_RETRIES = 9
 _MAX_LABELS = 64
-_MAX_KEY = 256
+_MAX_IDEMPOTENCY_KEY = 256
 
 
 # ---------------------------------------------------------------- validation
@@ -146,7 +146,7 @@ def parse_memory(value: object) -> int:
     elif isinstance(value, float):
         mib = value
     elif isinstance(value, str):
-        match = _MEMORY.match(value)
+        match = _MEMORY_AMOUNT.match(value)
         unit = match.group(2).lower() if match else ""
         if not match or unit not in _MEMORY_UNITS:
             raise InvalidArgument(
@@ -181,7 +181,7 @@ def _parse_cpu(value: object) -> float:
     return cpu
 
 
-def _resources(value: object) -> Resources:
+def _normalise_resources(value: object) -> Resources:
     if value is None:
         return Resources()
     if isinstance(value, Resources):
@@ -206,7 +206,7 @@ def _resources(value: object) -> Resources:
     return Resources(cpu=cpu, memory_mib=memory, gpu=gpu)
 
 
-def _str_map(value: object, what: str) -> dict[str, str]:
+def _str_dict(value: object, what: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -222,7 +222,7 @@ def _str_map(value: object, what: str) -> dict[str, str]:
 def _check_text(value: object, what: str, limit: int) -> str:
     if type(value) is not str or not value:
         raise InvalidArgument(f"{what} must be a non-empty str, got {value!r}")
-    if len(value) > limit or _CONTROL.search(value):
+    if len(value) > limit or _CONTROL_CHARS.search(value):
         raise InvalidArgument(f"{what} must be at most {limit} characters without control characters")
     return value
 
@@ -251,14 +251,14 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
             raise InvalidArgument("a command argument holds a NUL character")
     if not command[0]:
         raise InvalidArgument("the command's program (its first element) must not be empty")
-    if type(spec.name) is not str or not _NAME.match(spec.name):
+    if type(spec.name) is not str or not _JOB_NAME.match(spec.name):
         raise InvalidKey(
             f"job name {spec.name!r} must be 1-128 of letters, digits, '-' or '_', "
             "starting with a letter or digit"
         )
     if spec.image is not None:
         _check_text(spec.image, "image", 1024)
-    env = _str_map(spec.env, "env")
+    env = _str_dict(spec.env, "env")
     for name, value in env.items():
         if not _ENV_NAME.match(name):
             raise InvalidArgument(f"env name {name!r} must match [A-Za-z_][A-Za-z0-9_]*")
@@ -272,7 +272,7 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
     workdir = spec.workdir
     if workdir is not None and (type(workdir) is not str or not workdir or "\x00" in workdir):
         raise InvalidArgument(f"workdir must be a non-empty path str, got {workdir!r}")
-    resources = _resources(spec.resources)
+    resources = _normalise_resources(spec.resources)
     if resources.gpu and capabilities is not None and not capabilities.gpus:
         raise Unsupported(f"the launcher has no GPUs; the spec asks for {resources.gpu}")
     retries = spec.retries
@@ -283,7 +283,7 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
             raise InvalidArgument(f"timeout must be a number of seconds > 0, or None; got {timeout!r}")
         timeout = float(timeout)
-    labels = _str_map(spec.labels, "labels")
+    labels = _str_dict(spec.labels, "labels")
     if len(labels) > _MAX_LABELS:
         raise InvalidArgument(f"a job takes at most {_MAX_LABELS} labels, got {len(labels)}")
     for key, value in labels.items():
@@ -296,7 +296,7 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
                 f"label {key}={value!r}: values are 0-63 of lower-case letters, digits, '-' or '_'"
             )
     if spec.idempotency_key is not None:
-        _check_text(spec.idempotency_key, "idempotency_key", _MAX_KEY)
+        _check_text(spec.idempotency_key, "idempotency_key", _MAX_IDEMPOTENCY_KEY)
     checkpoint = spec.checkpoint_url
     if checkpoint is not None:
         if type(checkpoint) is not str:
@@ -328,7 +328,7 @@ def check_job_id(job_id: object) -> str:
 
 
 def _check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
-    out = _str_map(labels, "labels")
+    out = _str_dict(labels, "labels")
     for key, value in out.items():
         if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
             raise InvalidArgument(f"label {key}={value!r} is not a portable label (see JobSpec.labels)")
