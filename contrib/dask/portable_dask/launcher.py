@@ -86,10 +86,30 @@ from portable.urls import ParsedURL
 
 from ._worker import AttemptFailed, run_callable, run_command, stop_attempt
 
-__all__ = ["AttemptFailed", "DaskLauncher", "submit_callable"]
+__all__ = ["AttemptFailed", "DaskLauncher", "local_cluster", "submit_callable"]
 
 #: a callable job's call: the function, its positional and its keyword arguments
 _Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+def local_cluster(workers: int = 2, threads: int = 1) -> LocalCluster:
+    """The ``LocalCluster`` of ``dask+local://``: ``workers`` processes of
+    ``threads`` threads each, listening on 127.0.0.1 only, without a dashboard.
+
+    Args:
+        workers: worker processes. Defaults to 2.
+        threads: threads per worker (jobs each runs at once). Defaults to 1.
+    """
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=threads,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        # no dashboard; the scheduler's health endpoint on a free loopback port, not :8787
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+        silence_logs=logging.ERROR,
+    )
 
 
 @dataclass
@@ -384,16 +404,7 @@ class DaskLauncher(ComputeDriver):
             url.done()
             if workers < 1 or threads < 1:
                 raise InvalidURL(f"workers and threads must be >= 1 in {url}")
-            cluster = LocalCluster(
-                n_workers=workers,
-                threads_per_worker=threads,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address=None,
-                # no dashboard; the scheduler's health endpoint on a free loopback port, not :8787
-                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                silence_logs=logging.ERROR,
-            )
+            cluster = local_cluster(workers, threads)
             try:
                 client = Client(cluster, set_as_default=False)
             except BaseException:
