@@ -52,12 +52,13 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import urls
 from ._native import native_object
+from .cloudevents import CloudEvent
 from .config import Profile, check_requirements, load_profile
 from .driver import Classifier
 from .driver.compute import (
@@ -102,13 +103,13 @@ __all__ = [
 
 T = TypeVar("T")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,255}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_MEMORY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_MEMORY_AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 _MEMORY_UNITS: dict[str, float] = {
     "": 1.0,
     "mi": 1.0,
@@ -128,7 +129,7 @@ _MEMORY_UNITS: dict[str, float] = {
 }
 _MAX_RETRIES = 9
 _MAX_LABELS = 64
-_MAX_KEY = 256
+_MAX_IDEMPOTENCY_KEY = 256
 
 
 # ---------------------------------------------------------------- validation
@@ -145,7 +146,7 @@ def parse_memory(value: object) -> int:
     elif isinstance(value, float):
         mib = value
     elif isinstance(value, str):
-        match = _MEMORY.match(value)
+        match = _MEMORY_AMOUNT.match(value)
         unit = match.group(2).lower() if match else ""
         if not match or unit not in _MEMORY_UNITS:
             raise InvalidArgument(
@@ -180,7 +181,7 @@ def _parse_cpu(value: object) -> float:
     return cpu
 
 
-def _resources(value: object) -> Resources:
+def _normalise_resources(value: object) -> Resources:
     if value is None:
         return Resources()
     if isinstance(value, Resources):
@@ -205,7 +206,7 @@ def _resources(value: object) -> Resources:
     return Resources(cpu=cpu, memory_mib=memory, gpu=gpu)
 
 
-def _str_map(value: object, what: str) -> dict[str, str]:
+def _str_dict(value: object, what: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -221,7 +222,7 @@ def _str_map(value: object, what: str) -> dict[str, str]:
 def _check_text(value: object, what: str, limit: int) -> str:
     if type(value) is not str or not value:
         raise InvalidArgument(f"{what} must be a non-empty str, got {value!r}")
-    if len(value) > limit or _CONTROL.search(value):
+    if len(value) > limit or _CONTROL_CHARS.search(value):
         raise InvalidArgument(f"{what} must be at most {limit} characters without control characters")
     return value
 
@@ -250,14 +251,14 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
             raise InvalidArgument("a command argument holds a NUL character")
     if not command[0]:
         raise InvalidArgument("the command's program (its first element) must not be empty")
-    if type(spec.name) is not str or not _NAME.match(spec.name):
+    if type(spec.name) is not str or not _JOB_NAME.match(spec.name):
         raise InvalidKey(
             f"job name {spec.name!r} must be 1-128 of letters, digits, '-' or '_', "
             "starting with a letter or digit"
         )
     if spec.image is not None:
         _check_text(spec.image, "image", 1024)
-    env = _str_map(spec.env, "env")
+    env = _str_dict(spec.env, "env")
     for name, value in env.items():
         if not _ENV_NAME.match(name):
             raise InvalidArgument(f"env name {name!r} must match [A-Za-z_][A-Za-z0-9_]*")
@@ -271,7 +272,7 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
     workdir = spec.workdir
     if workdir is not None and (type(workdir) is not str or not workdir or "\x00" in workdir):
         raise InvalidArgument(f"workdir must be a non-empty path str, got {workdir!r}")
-    resources = _resources(spec.resources)
+    resources = _normalise_resources(spec.resources)
     if resources.gpu and capabilities is not None and not capabilities.gpus:
         raise Unsupported(f"the launcher has no GPUs; the spec asks for {resources.gpu}")
     retries = spec.retries
@@ -282,7 +283,7 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
             raise InvalidArgument(f"timeout must be a number of seconds > 0, or None; got {timeout!r}")
         timeout = float(timeout)
-    labels = _str_map(spec.labels, "labels")
+    labels = _str_dict(spec.labels, "labels")
     if len(labels) > _MAX_LABELS:
         raise InvalidArgument(f"a job takes at most {_MAX_LABELS} labels, got {len(labels)}")
     for key, value in labels.items():
@@ -295,7 +296,7 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
                 f"label {key}={value!r}: values are 0-63 of lower-case letters, digits, '-' or '_'"
             )
     if spec.idempotency_key is not None:
-        _check_text(spec.idempotency_key, "idempotency_key", _MAX_KEY)
+        _check_text(spec.idempotency_key, "idempotency_key", _MAX_IDEMPOTENCY_KEY)
     checkpoint = spec.checkpoint_url
     if checkpoint is not None:
         if type(checkpoint) is not str:
@@ -327,7 +328,7 @@ def check_job_id(job_id: object) -> str:
 
 
 def _check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
-    out = _str_map(labels, "labels")
+    out = _str_dict(labels, "labels")
     for key, value in out.items():
         if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
             raise InvalidArgument(f"label {key}={value!r} is not a portable label (see JobSpec.labels)")
@@ -419,7 +420,7 @@ class Launcher:
     ``with``) to release the provider's connections. Closing never stops jobs.
     """
 
-    __slots__ = ("_driver", "_events", "_guard", "_once", "provider", "url")
+    __slots__ = ("_driver", "_events", "_guard", "_guard_no_retry", "provider", "url")
 
     def __init__(
         self,
@@ -434,7 +435,8 @@ class Launcher:
         self.provider = driver.scheme
         self.url = url
         self._guard = Guard(driver.scheme, driver.endpoint, driver, policy)
-        self._once = Guard(driver.scheme, driver.endpoint, _NoRetry(driver), policy)
+        # a submit without an idempotency key must not be retried: a lost answer could mean a launched job
+        self._guard_no_retry = Guard(driver.scheme, driver.endpoint, _NoRetry(driver), policy)
         self._events = None if events is None else _JobEvents(self, events, own_events)
 
     def __repr__(self) -> str:
@@ -468,9 +470,30 @@ class Launcher:
             Unsupported: GPUs asked of a provider without them.
             IdempotencyConflict: the key's job was submitted with another spec.
         """
+        return self.submit_with(spec, self._driver.submit)
+
+    def submit_with(self, spec: JobSpec, submit: Callable[[JobSpec], JobStatus]) -> Job:
+        """Start a job through ``submit``, a driver's own variant of
+        :meth:`ComputeDriver.submit` (``DaskLauncher.submit_call`` for a Python
+        callable), with everything :meth:`submit` does around it.
+
+        ``spec`` is checked and normalised first; ``submit`` gets the clean
+        spec and runs under this launcher's resilience policy, retried only
+        when the spec has an idempotency key; the job's events are published
+        when the launcher has an events topic.
+
+        Args:
+            spec: what to run.
+            submit: called with the normalised spec; returns the job's first status.
+
+        Raises:
+            InvalidArgument / InvalidKey / InvalidURL: a bad spec, before any request.
+            Unsupported: GPUs asked of a provider without them.
+            IdempotencyConflict: the key's job was submitted with another spec.
+        """
         clean = normalise_spec(spec, self._driver.capabilities)
-        guard = self._guard if clean.idempotency_key is not None else self._once
-        status = guard.call("submit", f"submit {clean.name}", self._driver.submit, clean)
+        guard = self._guard if clean.idempotency_key is not None else self._guard_no_retry
+        status = guard.call("submit", f"submit {clean.name}", submit, clean)
         if self._events is not None:
             self._events.watch(status)
         return Job(self, status.job_id)
@@ -599,8 +622,6 @@ class _JobEvents:
                 self._thread.start()
 
     def _publish(self, status: JobStatus) -> None:
-        from .cloudevents import CloudEvent
-
         event_id = f"{status.job_id}:{status.state.value}:{status.attempts}:{status.preemptions}"
         with self._lock:
             if self._last.get(status.job_id) == event_id:
@@ -612,7 +633,7 @@ class _JobEvents:
             subject=status.job_id,
             time=dt.datetime.now(dt.UTC),
             datacontenttype="application/json",
-            data=json.dumps(_status_data(status), separators=(",", ":")).encode("utf-8"),
+            data=json.dumps(_event_data(status), separators=(",", ":")).encode("utf-8"),
         )
         self._topic.publish_event(event)
         with self._lock:
@@ -650,23 +671,12 @@ class _JobEvents:
             self._topic.close()
 
 
-def _status_data(status: JobStatus) -> dict[str, Any]:
-    def when(value: dt.datetime | None) -> str | None:
-        return None if value is None else value.isoformat()
-
-    return {
-        "job_id": status.job_id,
-        "name": status.name,
-        "state": status.state.value,
-        "exit_code": status.exit_code,
-        "reason": status.reason,
-        "attempts": status.attempts,
-        "preemptions": status.preemptions,
-        "labels": dict(status.labels),
-        "created": when(status.created),
-        "started": when(status.started),
-        "finished": when(status.finished),
-    }
+def _event_data(status: JobStatus) -> dict[str, Any]:
+    """What a job event carries: the status as JSON, without its idempotency key
+    (events have never carried it; subscribers match jobs by id)."""
+    data = status.as_dict()
+    del data["idempotency_key"]
+    return data
 
 
 def open_driver(url: str) -> ComputeDriver:
@@ -678,23 +688,36 @@ def open_driver(url: str) -> ComputeDriver:
 
 
 def open_launcher(
-    url: str | None = None, *, profile: str | Profile | None = None, events: str | Topic | None = None
+    url: str | None = None,
+    *,
+    profile: str | Profile | None = None,
+    policy: ResiliencePolicy | None = None,
+    events: str | Topic | None = None,
 ) -> Launcher:
     """Open a launcher by URL, or the active profile's ``jobs`` URL.
 
-    The profile's resilience policy applies either way, and its ``requires``
-    are checked now: a launcher that lacks a required capability fails here
-    with MissingCapability.
+    The profile's resilience policy applies unless ``policy`` is given, and
+    its ``requires`` are checked now: a launcher that lacks a required
+    capability fails here with MissingCapability.
 
     Args:
+        url: the launcher's URL (``local://./.portable/jobs``). Defaults to
+            the profile's ``jobs``.
+        profile: a profile name or :class:`~portable.config.Profile`.
+            Defaults to the active profile.
+        policy: retries, breakers and deadline of every call, in place of the
+            profile's; it applies to the ``events`` topic this opens too.
+            Defaults to the profile's.
         events: a topic URL or :class:`~portable.messaging.Topic` to publish the
             submitted jobs' state changes to as CloudEvents (see the module
             docstring). Defaults to none.
 
     Raises:
         UnknownScheme / MissingDependency / InvalidURL / ConfigError: before any request.
+        MissingCapability: the profile requires what the launcher lacks.
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    resilience = policy or prof.resilience
     target = url or prof.jobs
     driver = open_driver(target)
     try:
@@ -703,12 +726,13 @@ def open_launcher(
         )
         topic: Topic | None = None
         if isinstance(events, str):
+            # here, not at the top: importing portable.compute must not load the messaging domain
             from .messaging import open_topic
 
-            topic = open_topic(events, profile=prof)
+            topic = open_topic(events, profile=prof, policy=resilience)
         elif events is not None:
             topic = events
     except BaseException:
         driver.close()
         raise
-    return Launcher(driver, url=target, policy=prof.resilience, events=topic, own_events=isinstance(events, str))
+    return Launcher(driver, url=target, policy=resilience, events=topic, own_events=isinstance(events, str))

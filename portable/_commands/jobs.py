@@ -70,7 +70,7 @@ def _launcher(args: argparse.Namespace) -> Launcher:
     return open_launcher(args.jobs, profile=args.profile)
 
 
-def _pairs(items: list[str], what: str) -> dict[str, str]:
+def _key_value_pairs(items: list[str], what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
@@ -80,24 +80,7 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _as_dict(status: JobStatus) -> dict[str, Any]:
-    return {
-        "job_id": status.job_id,
-        "name": status.name,
-        "state": status.state.value,
-        "exit_code": status.exit_code,
-        "reason": status.reason,
-        "attempts": status.attempts,
-        "preemptions": status.preemptions,
-        "labels": dict(status.labels),
-        "idempotency_key": status.idempotency_key,
-        "created": status.created.isoformat() if status.created else None,
-        "started": status.started.isoformat() if status.started else None,
-        "finished": status.finished.isoformat() if status.finished else None,
-    }
-
-
-def _line(status: JobStatus) -> str:
+def _status_line(status: JobStatus) -> str:
     code = "-" if status.exit_code is None else str(status.exit_code)
     when = status.created.strftime("%Y-%m-%d %H:%M:%S") if status.created else "-"
     reason = f"  {status.reason}" if status.reason else ""
@@ -119,55 +102,60 @@ def _submit(args: argparse.Namespace) -> int:
         command=command,
         name=args.name,
         image=args.image,
-        env=_pairs(args.env, "env"),
+        env=_key_value_pairs(args.env, "env"),
         workdir=args.workdir,
         resources=resources or None,
         retries=args.retries,
         timeout=args.timeout,
-        labels=_pairs(args.label, "label"),
+        labels=_key_value_pairs(args.label, "label"),
         idempotency_key=args.idempotency_key,
         checkpoint_url=args.checkpoint_url,
     )
-    launcher = _launcher(args)
-    job = launcher.submit(spec)
-    print(job.id, flush=True)
-    if not args.wait:
-        return 0
-    status = job.wait()
-    print(_line(status), file=sys.stderr)
+    with _launcher(args) as launcher:
+        job = launcher.submit(spec)
+        print(job.id, flush=True)
+        if not args.wait:
+            return 0
+        status = job.wait()
+    print(_status_line(status), file=sys.stderr)
     return 0 if status.succeeded else 1
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = _launcher(args).get(args.job_id).status()
-    print(json.dumps(_as_dict(status), indent=2) if args.json else _line(status))
+    with _launcher(args) as launcher:
+        status = launcher.get(args.job_id).status()
+    print(json.dumps(status.as_dict(), indent=2) if args.json else _status_line(status))
     return 0
 
 
 def _logs(args: argparse.Namespace) -> int:
-    for line in _launcher(args).get(args.job_id).logs(follow=args.follow):
-        print(line, flush=args.follow)
+    with _launcher(args) as launcher:
+        for line in launcher.get(args.job_id).logs(follow=args.follow):
+            print(line, flush=args.follow)
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    _launcher(args).get(args.job_id).cancel()
+    with _launcher(args) as launcher:
+        launcher.get(args.job_id).cancel()
     print(f"cancel requested for {args.job_id}", file=sys.stderr)
     return 0
 
 
 def _preempt(args: argparse.Namespace) -> int:
-    _launcher(args).preempt(args.job_id, grace=args.grace)
+    with _launcher(args) as launcher:
+        launcher.preempt(args.job_id, grace=args.grace)
     print(f"preemption requested for {args.job_id}", file=sys.stderr)
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     states = [JobState(s) for s in args.state] or None
-    found = _launcher(args).list(_pairs(args.label, "label"), states=states)
+    with _launcher(args) as launcher:
+        found = launcher.list(_key_value_pairs(args.label, "label"), states=states)
     if args.json:
-        print(json.dumps([_as_dict(s) for s in found], indent=2))
+        print(json.dumps([s.as_dict() for s in found], indent=2))
     else:
         for status in found:
-            print(_line(status))
+            print(_status_line(status))
     return 0

@@ -50,6 +50,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -170,6 +171,19 @@ def lock_held(root: str) -> bool:
     return False
 
 
+def remove_stale_tmp(root: str) -> None:
+    """Remove the records left half-built in ``tmp/`` an hour ago or more (their submitter died)."""
+    tmp = os.path.join(root, "tmp")
+    cutoff = time.time() - 3600
+    for name in os.listdir(tmp):
+        path = os.path.join(tmp, name)
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_mtime < cutoff:
+                for inner in os.listdir(path):
+                    os.unlink(os.path.join(path, inner))
+                os.rmdir(path)
+
+
 def signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
@@ -177,9 +191,39 @@ def signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-# ---------------------------------------------------------------- the supervisor
+# ---------------------------------------------------------------- the supervisor's parts
+def acquire_lock(root: str) -> tuple[int, float] | None:
+    """Take the folder's lock: its fd and when it was taken, or None if another
+    supervisor keeps it and is serving (or does not let go within 15 s)."""
+    fd = os.open(os.path.join(root, "supervisor.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    end = time.monotonic() + _LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd, time.time()
+        except BlockingIOError:
+            pass
+        if poke(root) is not None or time.monotonic() > end:
+            # a live supervisor is serving (and now looks at the inbox): nothing to do
+            os.close(fd)
+            return None
+        time.sleep(0.02)
+
+
+def attempt_env(job_id: str, spec: dict[str, Any], attempt: int) -> dict[str, str]:
+    """The environment of an attempt: the supervisor's, the spec's, then the launcher's own variables."""
+    env = dict(os.environ)
+    env.update(spec.get("env") or {})
+    env["PORTABLE_JOB_ID"] = job_id
+    env["PORTABLE_JOB_NAME"] = spec["name"]
+    env["PORTABLE_JOB_ATTEMPT"] = str(attempt)
+    if spec.get("checkpoint_url"):
+        env["PORTABLE_CHECKPOINT_URL"] = spec["checkpoint_url"]
+    return env
+
+
 @dataclass
-class _Running:
+class _RunningAttempt:
     job_id: str
     proc: subprocess.Popen[bytes]
     state: dict[str, Any]
@@ -204,56 +248,23 @@ class _Launch:
     error: BaseException | None = None
 
 
-class Supervisor:
-    def __init__(self, root: str, workers: int, grace: float, idle: float) -> None:
-        self.root = os.path.abspath(root)
-        self.workers = workers
-        self.grace = grace
-        self.idle = idle
-        self.running: dict[str, _Running] = {}
-        self.queue: collections.deque[str] = collections.deque()
-        self.known: set[str] = set()
-        self.seen: dict[str, dict[str, Any]] = {}  # queued job -> the state read when it was queued
-        self.stopping: str | None = None
-        self.locked_at = 0.0
-        self._terminated = False
+class _Wakeups:
+    """What wakes the main loop: the FIFO submitters write job ids to, and a
+    self-pipe that signals (SIGCHLD, SIGTERM) and the launch threads write to."""
+
+    def __init__(self, root: str) -> None:
+        self.path = os.path.join(root, "wake")
+        self.terminated = False  # SIGTERM arrived
         self._fifo_fd = -1
         self._fifo_keep = -1
         self._sig_r = -1
         self._sig_w = -1
-        self.launching: dict[str, _Launch] = {}
-        self.deferred: set[str] = set()  # requests that came while their job was being launched
-        self.hints: set[str] = set()  # job ids read from the FIFO, to look at
-        self._launched: queue.SimpleQueue[_Launch] = queue.SimpleQueue()
-        self._launcher = ThreadPoolExecutor(max(1, min(workers, 4)), thread_name_prefix="portable-launch")
-        self._stop_grace = grace
-
-    # -- start and stop ---------------------------------------------------
-    def acquire(self) -> int | None:
-        """Take the folder's lock; None if another supervisor keeps it and is serving."""
-        fd = os.open(os.path.join(self.root, "supervisor.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        end = time.monotonic() + _LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.locked_at = time.time()
-                return fd
-            except BlockingIOError:
-                pass
-            if poke(self.root) is not None or time.monotonic() > end:
-                # a live supervisor is serving (and now looks at the inbox): nothing to do
-                os.close(fd)
-                return None
-            time.sleep(0.02)
+        self._hints: set[str] = set()  # job ids read from the FIFO, to look at
 
     def setup(self) -> None:
-        for sub in ("jobs", "inbox", "tmp"):
-            os.makedirs(os.path.join(self.root, sub), exist_ok=True)
-        with open(os.path.join(self.root, "supervisor.pid"), "w") as fh:
-            fh.write(f"{os.getpid()}\n")
-        fifo = os.path.join(self.root, "wake")
+        """Create the FIFO, install the signal handlers, and start listening."""
         with contextlib.suppress(FileExistsError):
-            os.mkfifo(fifo, 0o600)
+            os.mkfifo(self.path, 0o600)
         sig_r, sig_w = os.pipe()
         os.set_blocking(sig_r, False)
         os.set_blocking(sig_w, False)
@@ -263,20 +274,149 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        self._open_fifo()
+        self.open_fifo()
 
-    def _open_fifo(self) -> None:
-        fifo = os.path.join(self.root, "wake")
-        self._fifo_fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-        self._fifo_keep = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # never see EOF
+    def open_fifo(self) -> None:
+        self._fifo_fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        self._fifo_keep = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)  # never see EOF
 
-    def _close_fifo(self) -> None:
+    def close_fifo(self) -> None:
+        """Read what the FIFO holds, then close it: a submitter's poke fails from now on."""
+        self._read(self._fifo_fd)
         os.close(self._fifo_fd)
         os.close(self._fifo_keep)
         self._fifo_fd = self._fifo_keep = -1
 
+    def notify(self) -> None:
+        """Wake :meth:`wait` (from any thread)."""
+        with contextlib.suppress(OSError):
+            os.write(self._sig_w, b"L")
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until a poke, a signal or a notify, or ``timeout`` seconds."""
+        try:
+            ready, _, _ = select.select([self._sig_r, self._fifo_fd], [], [], timeout)
+        except InterruptedError:
+            return
+        for fd in ready:
+            self._read(fd)
+
+    def take_hints(self) -> set[str]:
+        """The job ids poked since the last call."""
+        hints, self._hints = self._hints, set()
+        return hints
+
+    def _read(self, fd: int) -> None:
+        data = b""
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while chunk := os.read(fd, 65536):
+                data += chunk
+        if fd == self._fifo_fd and data:
+            # writes are whole lines (atomic below PIPE_BUF), so no line is ever split
+            self._hints.update(line.decode("ascii", "replace") for line in data.split(b"\n") if line)
+
     def _on_sigterm(self, *_: Any) -> None:
-        self._terminated = True
+        self.terminated = True
+
+
+class _Spawner:
+    """Starts the attempts' processes on a few threads (fork/exec releases the
+    GIL, so launches overlap); the main loop collects what they started."""
+
+    def __init__(self, workers: int, wakeups: _Wakeups) -> None:
+        self.launching: dict[str, _Launch] = {}  # main thread only
+        self._started: queue.SimpleQueue[_Launch] = queue.SimpleQueue()
+        self._pool = ThreadPoolExecutor(max(1, min(workers, 4)), thread_name_prefix="portable-launch")
+        self._wakeups = wakeups
+
+    def start(self, folder: str, job_id: str, state: dict[str, Any], record: dict[str, Any]) -> None:
+        """Open the next attempt's files and start its process on a launch thread."""
+        spec = record["spec"]
+        attempt = state.get("attempts", 0) + 1
+        env = attempt_env(job_id, spec, attempt)
+        cwd = record["cwd"]
+        if spec.get("workdir"):
+            cwd = os.path.join(cwd, spec["workdir"])
+        state_fd = os.open(os.path.join(folder, "state.log"), os.O_WRONLY | os.O_APPEND)
+        try:
+            log = os.open(os.path.join(folder, f"attempt-{attempt}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except BaseException:
+            os.close(state_fd)
+            raise
+        launch = _Launch(job_id, state, spec, attempt, env, cwd, log, state_fd)
+        self.launching[job_id] = launch
+        self._pool.submit(self._spawn, launch)
+
+    def _spawn(self, launch: _Launch) -> None:
+        """On a launch thread."""
+        try:
+            launch.proc = subprocess.Popen(
+                launch.spec["command"],
+                stdin=subprocess.DEVNULL,
+                stdout=launch.log,
+                stderr=launch.log,
+                cwd=launch.cwd,
+                env=launch.env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except BaseException as exc:
+            launch.error = exc
+        self._started.put(launch)
+        self._wakeups.notify()
+
+    def collect(self) -> Iterator[_Launch]:
+        """Each launch whose process has started (or failed to start), once (main thread)."""
+        while True:
+            try:
+                launch = self._started.get_nowait()
+            except queue.Empty:
+                return
+            self.launching.pop(launch.job_id, None)
+            yield launch
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _terminate(run: _RunningAttempt, intent: str, grace: float) -> None:
+    """SIGTERM the attempt's process group (SIGKILL at once without ``grace``); SIGKILL it after ``grace``."""
+    run.intent = intent
+    sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(run.proc.pid, sig)
+    run.kill_at = time.monotonic() + grace
+
+
+# ---------------------------------------------------------------- the supervisor
+class Supervisor:
+    """Runs the jobs of one state folder: queues what is PENDING, starts up to
+    ``workers`` attempts, writes each change of state, and carries out
+    timeouts, retries, cancel, preempt and stop requests."""
+
+    def __init__(self, root: str, workers: int, grace: float, idle: float) -> None:
+        self.root = os.path.abspath(root)
+        self.workers = workers
+        self.grace = grace
+        self.idle = idle
+        self.running: dict[str, _RunningAttempt] = {}
+        self.queue: collections.deque[str] = collections.deque()
+        self.known: set[str] = set()
+        self.queued_state: dict[str, dict[str, Any]] = {}  # queued job -> the state read when it was queued
+        self.stopping: str | None = None
+        self.locked_at = 0.0
+        self.deferred: set[str] = set()  # requests that came while their job was being launched
+        self.wakeups = _Wakeups(self.root)
+        self.spawner = _Spawner(workers, self.wakeups)
+        self._stop_grace = grace
+
+    # -- start ------------------------------------------------------------
+    def setup(self) -> None:
+        for sub in ("jobs", "inbox", "tmp"):
+            os.makedirs(os.path.join(self.root, sub), exist_ok=True)
+        with open(os.path.join(self.root, "supervisor.pid"), "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+        self.wakeups.setup()
 
     # -- records ------------------------------------------------------------
     def _load(self, job_id: str) -> dict[str, Any] | None:
@@ -289,19 +429,19 @@ class Supervisor:
         else:
             append_state(job_dir(self.root, state["job_id"]), state)
 
-    def _marker(self, job_id: str, name: str) -> str:
+    def _request_path(self, job_id: str, name: str) -> str:
         return os.path.join(job_dir(self.root, job_id), name)
 
-    def _drop(self, job_id: str, name: str) -> None:
+    def _remove_request(self, job_id: str, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._marker(job_id, name))
+            os.unlink(self._request_path(job_id, name))
 
-    def _end(self, state: dict[str, Any], final: str, reason: str | None, exit_code: int | None) -> None:
-        self.seen.pop(state["job_id"], None)
+    def _end_job(self, state: dict[str, Any], final: str, reason: str | None, exit_code: int | None) -> None:
+        self.queued_state.pop(state["job_id"], None)
         state.update(state=final, reason=reason, exit_code=exit_code, finished=time.time(), pid=None)
         self._save(state)
-        self._drop(state["job_id"], "cancel")
-        self._drop(state["job_id"], "preempt")
+        self._remove_request(state["job_id"], "cancel")
+        self._remove_request(state["job_id"], "preempt")
 
     # -- discovery ------------------------------------------------------------
     def recover(self) -> None:
@@ -318,7 +458,7 @@ class Supervisor:
             if state["state"] == PENDING:
                 pending.append((state.get("created") or 0.0, job_id))
         self.queue.extend(job_id for _, job_id in sorted(pending))
-        self._clean_tmp()
+        remove_stale_tmp(self.root)
         self.read_inbox()
 
     def _orphan(self, state: dict[str, Any]) -> None:
@@ -327,8 +467,8 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
         job_id = state["job_id"]
-        if os.path.exists(self._marker(job_id, "cancel")):
-            self._end(state, CANCELLED, "cancelled", None)
+        if os.path.exists(self._request_path(job_id, "cancel")):
+            self._end_job(state, CANCELLED, "cancelled", None)
             return
         state.update(
             state=PENDING,
@@ -337,17 +477,6 @@ class Supervisor:
             reason=f"attempt {state.get('attempts', 0)} lost with its supervisor; restarting",
         )
         self._save(state)
-
-    def _clean_tmp(self) -> None:
-        tmp = os.path.join(self.root, "tmp")
-        cutoff = time.time() - 3600
-        for name in os.listdir(tmp):
-            path = os.path.join(tmp, name)
-            with contextlib.suppress(OSError):
-                if os.stat(path).st_mtime < cutoff:
-                    for inner in os.listdir(path):
-                        os.unlink(os.path.join(path, inner))
-                    os.rmdir(path)
 
     def read_inbox(self) -> None:
         inbox = os.path.join(self.root, "inbox")
@@ -364,11 +493,11 @@ class Supervisor:
 
     def look(self, job_id: str) -> None:
         try:
-            self._look(job_id)
+            self._act_on(job_id)
         except Exception as exc:  # one bad record must not stop the others
             print(f"portable supervisor: job {job_id}: {exc!r}", file=sys.stderr, flush=True)
 
-    def _look(self, job_id: str) -> None:
+    def _act_on(self, job_id: str) -> None:
         """Act on a job's record and requests."""
         if "/" in job_id or job_id.startswith("."):
             return
@@ -376,36 +505,36 @@ class Supervisor:
         if state is None:
             return
         self.known.add(job_id)
-        if job_id in self.launching:
+        if job_id in self.spawner.launching:
             self.deferred.add(job_id)  # looked at again once its process is registered
             return
-        cancel = os.path.exists(self._marker(job_id, "cancel"))
+        cancel = os.path.exists(self._request_path(job_id, "cancel"))
         run = self.running.get(job_id)
         if run is not None:
             if cancel and run.intent not in ("cancel", "stop"):
-                self._terminate(run, "cancel", self.grace)
-            preempt = read_json(self._marker(job_id, "preempt")) if run.intent is None else None
+                _terminate(run, "cancel", self.grace)
+            preempt = read_json(self._request_path(job_id, "preempt")) if run.intent is None else None
             if preempt is not None:
                 grace = preempt.get("grace")
-                self._terminate(run, "preempt", self.grace if grace is None else float(grace))
+                _terminate(run, "preempt", self.grace if grace is None else float(grace))
             return
-        self._drop(job_id, "preempt")  # only a running job can be preempted
+        self._remove_request(job_id, "preempt")  # only a running job can be preempted
         if state["state"] == RUNNING:
             self._orphan(state)
         if state["state"] == PENDING:
             if cancel:
                 with contextlib.suppress(ValueError):
                     self.queue.remove(job_id)
-                self._end(state, CANCELLED, "cancelled before it started", None)
+                self._end_job(state, CANCELLED, "cancelled before it started", None)
             elif job_id not in self.queue:
                 self.queue.append(job_id)
-                self.seen[job_id] = state
+                self.queued_state[job_id] = state
         elif cancel:
-            self._drop(job_id, "cancel")
+            self._remove_request(job_id, "cancel")
 
     # -- running jobs ---------------------------------------------------------
     def start_next(self) -> None:
-        while self.queue and len(self.running) + len(self.launching) < self.workers and not self.stopping:
+        while self.queue and len(self.running) + len(self.spawner.launching) < self.workers and not self.stopping:
             job_id = self.queue.popleft()
             try:
                 self._start(job_id)
@@ -413,67 +542,23 @@ class Supervisor:
                 print(f"portable supervisor: job {job_id}: {exc!r}", file=sys.stderr, flush=True)
                 state = self._load(job_id)
                 if state is not None and state["state"] == PENDING:
-                    self._end(state, FAILED, f"the supervisor could not start it: {exc!r}", None)
+                    self._end_job(state, FAILED, f"the supervisor could not start it: {exc!r}", None)
 
     def _start(self, job_id: str) -> None:
         folder = job_dir(self.root, job_id)
         # only this process changes a queued job's state, so what it read then still holds
-        state = self.seen.pop(job_id, None) or self._load(job_id)
+        state = self.queued_state.pop(job_id, None) or self._load(job_id)
         record = read_json(os.path.join(folder, "spec.json"))
         if state is None or record is None or state["state"] != PENDING:
             return
-        if os.path.exists(self._marker(job_id, "cancel")):
-            self._end(state, CANCELLED, "cancelled before it started", None)
+        if os.path.exists(self._request_path(job_id, "cancel")):
+            self._end_job(state, CANCELLED, "cancelled before it started", None)
             return
-        spec = record["spec"]
-        attempt = state.get("attempts", 0) + 1
-        env = dict(os.environ)
-        env.update(spec.get("env") or {})
-        env["PORTABLE_JOB_ID"] = job_id
-        env["PORTABLE_JOB_NAME"] = spec["name"]
-        env["PORTABLE_JOB_ATTEMPT"] = str(attempt)
-        if spec.get("checkpoint_url"):
-            env["PORTABLE_CHECKPOINT_URL"] = spec["checkpoint_url"]
-        cwd = record["cwd"]
-        if spec.get("workdir"):
-            cwd = os.path.join(cwd, spec["workdir"])
-        state_fd = os.open(os.path.join(folder, "state.log"), os.O_WRONLY | os.O_APPEND)
-        try:
-            log = os.open(os.path.join(folder, f"attempt-{attempt}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        except BaseException:
-            os.close(state_fd)
-            raise
-        launch = _Launch(job_id, state, spec, attempt, env, cwd, log, state_fd)
-        self.launching[job_id] = launch
-        self._launcher.submit(self._spawn, launch)
-
-    def _spawn(self, launch: _Launch) -> None:
-        """On a launcher thread: fork/exec releases the GIL, so several run at once."""
-        try:
-            launch.proc = subprocess.Popen(
-                launch.spec["command"],
-                stdin=subprocess.DEVNULL,
-                stdout=launch.log,
-                stderr=launch.log,
-                cwd=launch.cwd,
-                env=launch.env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except BaseException as exc:
-            launch.error = exc
-        self._launched.put(launch)
-        with contextlib.suppress(OSError):
-            os.write(self._sig_w, b"L")  # wake the main loop
+        self.spawner.start(folder, job_id, state, record)
 
     def collect_launched(self) -> None:
-        """Register the processes the launcher threads started (main thread)."""
-        while True:
-            try:
-                launch = self._launched.get_nowait()
-            except queue.Empty:
-                return
-            self.launching.pop(launch.job_id, None)
+        """Register the processes the launch threads started (main thread)."""
+        for launch in self.spawner.collect():
             try:
                 self._register(launch)
             except Exception as exc:
@@ -494,7 +579,7 @@ class Supervisor:
             state["attempts"] = launch.attempt
             state["started"] = state.get("started") or time.time()
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            self._end(state, FAILED, f"cannot start {spec['command'][0]!r}: {why}", None)
+            self._end_job(state, FAILED, f"cannot start {spec['command'][0]!r}: {why}", None)
             return
         os.close(launch.log)
         proc = launch.proc
@@ -503,18 +588,11 @@ class Supervisor:
         )
         timeout = spec.get("timeout")
         deadline = time.monotonic() + timeout if timeout else None
-        run = _Running(job_id, proc, state, spec, deadline, state_fd=launch.state_fd)
+        run = _RunningAttempt(job_id, proc, state, spec, deadline, state_fd=launch.state_fd)
         self.running[job_id] = run  # from here on reap() owns the process, whatever happens
         self._save(state)
         if self.stopping is not None:
-            self._terminate(run, self.stopping, self._stop_grace)
-
-    def _terminate(self, run: _Running, intent: str, grace: float) -> None:
-        run.intent = intent
-        sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(run.proc.pid, sig)
-        run.kill_at = time.monotonic() + grace
+            _terminate(run, self.stopping, self._stop_grace)
 
     def reap(self) -> None:
         for job_id, run in list(self.running.items()):
@@ -524,12 +602,12 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(run.proc.pid, signal.SIGKILL)  # what the attempt left behind
             try:
-                self._finish(run, code)
+                self._on_exit(run, code)
             finally:
                 self.running.pop(job_id, None)
                 os.close(run.state_fd)
 
-    def _finish(self, run: _Running, code: int) -> None:
+    def _on_exit(self, run: _RunningAttempt, code: int) -> None:
         state, spec = run.state, run.spec
         attempt = state["attempts"]
         if run.intent in ("preempt", "requeue"):
@@ -541,18 +619,18 @@ class Supervisor:
                 reason=f"attempt {attempt} was preempted; restarting",
             )
             self._save(state)
-            self._drop(run.job_id, "preempt")
+            self._remove_request(run.job_id, "preempt")
             if run.intent == "preempt":
                 self.queue.appendleft(run.job_id)
             return
         if run.intent == "cancel":
-            self._end(state, CANCELLED, "cancelled", code)
+            self._end_job(state, CANCELLED, "cancelled", code)
         elif run.intent == "stop":
-            self._end(state, CANCELLED, "cancelled: the supervisor was stopped", code)
+            self._end_job(state, CANCELLED, "cancelled: the supervisor was stopped", code)
         elif run.intent == "timeout":
-            self._end(state, FAILED, f"timed out after {spec['timeout']:g}s (attempt {attempt})", code)
+            self._end_job(state, FAILED, f"timed out after {spec['timeout']:g}s (attempt {attempt})", code)
         elif code == 0:
-            self._end(state, SUCCEEDED, None, 0)
+            self._end_job(state, SUCCEEDED, None, 0)
         else:
             why = f"exit code {code}" if code > 0 else f"killed by {signal_name(code)}"
             failures = state.get("failures", 0) + 1
@@ -567,13 +645,13 @@ class Supervisor:
                 self._save(state)
                 self.queue.append(run.job_id)
             else:
-                self._end(state, FAILED, why, code)
+                self._end_job(state, FAILED, why, code)
 
     def enforce_deadlines(self) -> None:
         now = time.monotonic()
         for run in self.running.values():
             if run.intent is None and run.deadline is not None and now >= run.deadline:
-                self._terminate(run, "timeout", self.grace)
+                _terminate(run, "timeout", self.grace)
             elif run.kill_at is not None and now >= run.kill_at:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(run.proc.pid, signal.SIGKILL)
@@ -606,34 +684,24 @@ class Supervisor:
         self._stop_grace = grace
         for run in self.running.values():
             if run.intent not in ("cancel", "stop", "requeue"):
-                self._terminate(run, intent, grace)
+                _terminate(run, intent, grace)
         if intent == "stop":
             while self.queue:
                 job_id = self.queue.popleft()
                 state = self._load(job_id)
                 if state is not None and state["state"] == PENDING:
-                    self._end(state, CANCELLED, "cancelled: the supervisor was stopped", None)
+                    self._end_job(state, CANCELLED, "cancelled: the supervisor was stopped", None)
 
     # -- the loop -------------------------------------------------------------
-    def _drain(self, fd: int) -> None:
-        data = b""
-        with contextlib.suppress(BlockingIOError, InterruptedError):
-            while chunk := os.read(fd, 65536):
-                data += chunk
-        if fd == self._fifo_fd and data:
-            # writes are whole lines (atomic below PIPE_BUF), so no line is ever split
-            self.hints.update(line.decode("ascii", "replace") for line in data.split(b"\n") if line)
-
     def read_hints(self) -> None:
-        hints, self.hints = self.hints, set()
-        for job_id in hints:
+        for job_id in self.wakeups.take_hints():
             self.look(job_id)
 
     def serve(self) -> None:
         idle_since = time.monotonic()
         last_scan = time.monotonic()
         while True:
-            if self._terminated and self.stopping is None:
+            if self.wakeups.terminated and self.stopping is None:
                 self._stop("requeue", min(self.grace, 5.0))
             self.check_stop()
             self.collect_launched()
@@ -647,19 +715,14 @@ class Supervisor:
             if self.stopping is None and now - last_scan >= _SCAN_EVERY:
                 self.scan_new()
                 last_scan = now
-            if self.stopping is not None and not self.running and not self.launching:
+            if self.stopping is not None and not self.running and not self.spawner.launching:
                 return
-            if self.running or self.queue or self.launching:
+            if self.running or self.queue or self.spawner.launching:
                 idle_since = now
             elif now - idle_since >= self.idle and self._may_exit():
                 return
             wait = min(self.next_wakeup(), max(0.0, self.idle - (now - idle_since)) + 0.01)
-            try:
-                ready, _, _ = select.select([self._sig_r, self._fifo_fd], [], [], wait)
-            except InterruptedError:
-                continue
-            for fd in ready:
-                self._drain(fd)
+            self.wakeups.wait(wait)
 
     def _may_exit(self) -> bool:
         """Stop taking pokes, then look for work a last time.
@@ -669,14 +732,13 @@ class Supervisor:
         (which waits for this one's lock). So a record either shows up in the
         scan below or is found by that new supervisor.
         """
-        self._drain(self._fifo_fd)
-        self._close_fifo()
+        self.wakeups.close_fifo()
         before = len(self.queue)
         self.read_hints()
         self.read_inbox()
         self.scan_new()
         if len(self.queue) > before or os.path.exists(os.path.join(self.root, "stop")):
-            self._open_fifo()
+            self.wakeups.open_fifo()
             return False
         return True
 
@@ -691,18 +753,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fork and os.fork() > 0:
         os._exit(0)
-    sup = Supervisor(args.root, args.workers, args.grace, args.idle)
-    lock = sup.acquire()
-    if lock is None:
+    supervisor = Supervisor(args.root, args.workers, args.grace, args.idle)
+    locked = acquire_lock(supervisor.root)
+    if locked is None:
         return 0
+    lock, supervisor.locked_at = locked
     try:
-        sup.setup()
-        sup.recover()
-        sup.serve()
-        sup._launcher.shutdown(wait=True)
+        supervisor.setup()
+        supervisor.recover()
+        supervisor.serve()
+        supervisor.spawner.shutdown()
     finally:
         with contextlib.suppress(OSError):
-            os.unlink(os.path.join(sup.root, "supervisor.pid"))
+            os.unlink(os.path.join(supervisor.root, "supervisor.pid"))
         os.close(lock)
     return 0
 

@@ -76,22 +76,29 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..driver.compute import ComputeCapabilities, ComputeDriver, JobSpec, JobState, JobStatus
+from ..driver.compute import (
+    ComputeCapabilities,
+    ComputeDriver,
+    JobSpec,
+    JobState,
+    JobStatus,
+    wait_for_status,
+)
 from ..errors import IdempotencyConflict, InvalidURL, NotFound
 from ..urls import ParsedURL
-from . import _localjobs_supervisor as sup
+from . import _localjobs_supervisor as supervisor
 
 __all__ = ["LocalLauncher"]
 
-_ID = re.compile(r"^job-[0-9a-f]{24}$")
+_JOB_ID = re.compile(r"^job-[0-9a-f]{24}$")
 _SPAWN_EVERY = 2.0
 
 
-def _when(value: float | None) -> dt.datetime | None:
+def _utc_from_epoch(value: float | None) -> dt.datetime | None:
     return None if value is None else dt.datetime.fromtimestamp(value, dt.UTC)
 
 
-def _status(state: Mapping[str, Any]) -> JobStatus:
+def _status_from_record(state: Mapping[str, Any]) -> JobStatus:
     return JobStatus(
         job_id=state["job_id"],
         name=state["name"],
@@ -102,9 +109,9 @@ def _status(state: Mapping[str, Any]) -> JobStatus:
         preemptions=state.get("preemptions", 0),
         labels=state.get("labels") or {},
         idempotency_key=state.get("idempotency_key"),
-        created=_when(state.get("created")),
-        started=_when(state.get("started")),
-        finished=_when(state.get("finished")),
+        created=_utc_from_epoch(state.get("created")),
+        started=_utc_from_epoch(state.get("started")),
+        finished=_utc_from_epoch(state.get("finished")),
     )
 
 
@@ -112,18 +119,8 @@ class LocalLauncher(ComputeDriver):
     """Jobs as local processes; state and logs in a folder."""
 
     scheme = "local"
-    capabilities = ComputeCapabilities(
-        containers=False,
-        gpus=False,
-        logs=True,
-        cancel=True,
-        checkpoints=True,
-        preempt=True,
-        timeouts=True,
-        retries=True,
-        idempotent_submit=True,
-        detached=True,
-    )
+    # the defaults (logs, cancel, checkpoints, timeouts, retries, idempotent submit, detached) and:
+    capabilities = ComputeCapabilities(preempt=True)
 
     def __init__(
         self, root: str | os.PathLike[str], *, workers: int = 4, grace: float = 10.0, idle: float = 30.0
@@ -157,25 +154,25 @@ class LocalLauncher(ComputeDriver):
         return f"LocalLauncher({self.root!r}, workers={self.workers})"
 
     # -- the supervisor -------------------------------------------------------
-    def _wake(self, job_id: str) -> None:
+    def _wake_supervisor(self, job_id: str) -> None:
         """Tell the supervisor to look at ``job_id``, starting one if none serves the folder."""
-        sent = sup.poke(self.root, job_id.encode("ascii") + b"\n")
+        sent = supervisor.poke(self.root, job_id.encode("ascii") + b"\n")
         if sent:
             return
-        sup.touch(os.path.join(self.root, "inbox", job_id))  # a durable hint for whoever serves next
+        supervisor.touch(os.path.join(self.root, "inbox", job_id))  # a durable hint for whoever serves next
         if sent is None:
-            self._spawn()
+            self._spawn_supervisor()
 
-    def _ensure_alive(self) -> None:
+    def _ensure_supervisor(self) -> None:
         """Start a supervisor if none serves the folder (checks at most every 0.5 s)."""
         now = time.monotonic()
         if now - self._checked_at < 0.5:
             return
         self._checked_at = now
-        if sup.poke(self.root, b"") is None:
-            self._spawn()
+        if supervisor.poke(self.root, b"") is None:
+            self._spawn_supervisor()
 
-    def _spawn(self) -> None:
+    def _spawn_supervisor(self) -> None:
         now = time.monotonic()
         if now - self._spawned_at < _SPAWN_EVERY:
             return  # one is starting; it reads the inbox when it is up
@@ -187,7 +184,7 @@ class LocalLauncher(ComputeDriver):
                     sys.executable,
                     "-I",
                     "-S",
-                    sup.__file__,
+                    supervisor.__file__,
                     "--fork",
                     self.root,
                     "--workers",
@@ -210,7 +207,7 @@ class LocalLauncher(ComputeDriver):
 
     def supervisor_pid(self) -> int | None:
         """The pid of the folder's live supervisor, or None."""
-        if not sup.lock_held(self.root):
+        if not supervisor.lock_held(self.root):
             return None
         try:
             return int(Path(self.root, "supervisor.pid").read_text().strip())
@@ -228,39 +225,39 @@ class LocalLauncher(ComputeDriver):
         if pid is None:
             return None
         request = {"mode": "kill", "at": time.time(), "grace": self.grace if grace is None else grace}
-        sup.write_json(os.path.join(self.root, "stop"), request)
-        sup.poke(self.root, b"\n")
+        supervisor.write_json(os.path.join(self.root, "stop"), request)
+        supervisor.poke(self.root, b"\n")
         end = time.monotonic() + timeout
-        while sup.lock_held(self.root):
+        while supervisor.lock_held(self.root):
             if time.monotonic() > end:
                 raise TimeoutError(f"the supervisor of {self.root} (pid {pid}) did not stop in {timeout}s")
             time.sleep(0.01)
         return pid
 
     # -- records --------------------------------------------------------------
-    def _folder(self, job_id: str) -> str:
-        if not _ID.match(job_id):
+    def _job_folder(self, job_id: str) -> str:
+        if not _JOB_ID.match(job_id):
             raise NotFound(f"no job {job_id!r} in {self.root}", provider=self.scheme)
-        return sup.job_dir(self.root, job_id)
+        return supervisor.job_dir(self.root, job_id)
 
-    def _state(self, job_id: str) -> dict[str, Any]:
-        state = sup.read_state(self._folder(job_id))
+    def _read_state(self, job_id: str) -> dict[str, Any]:
+        state = supervisor.read_state(self._job_folder(job_id))
         if state is None:
             raise NotFound(f"no job {job_id!r} in {self.root}", provider=self.scheme)
         return state
 
-    def _request(self, job_id: str, marker: str | None = None, data: Any = None) -> None:
-        folder = self._folder(job_id)
+    def _send_request(self, job_id: str, marker: str | None = None, data: Any = None) -> None:
+        folder = self._job_folder(job_id)
         if marker is not None:
-            sup.write_json(os.path.join(folder, marker), data or {}, 0o600)
-        self._wake(job_id)
+            supervisor.write_json(os.path.join(folder, marker), data or {}, 0o600)
+        self._wake_supervisor(job_id)
 
     def submit(self, spec: JobSpec) -> JobStatus:
         fingerprint = spec.fingerprint()
         key = spec.idempotency_key
         if key is not None:
             job_id = "job-" + hashlib.sha256(b"idempotency-key\0" + key.encode("utf-8")).hexdigest()[:24]
-            existing = self._existing(job_id, fingerprint)
+            existing = self._existing_job(job_id, fingerprint)
             if existing is not None:
                 return existing
         else:
@@ -272,7 +269,7 @@ class LocalLauncher(ComputeDriver):
             "labels": dict(spec.labels),
             "idempotency_key": key,
             "fingerprint": fingerprint,
-            "state": sup.PENDING,
+            "state": supervisor.PENDING,
             "exit_code": None,
             "reason": None,
             "attempts": 0,
@@ -290,19 +287,19 @@ class LocalLauncher(ComputeDriver):
                 os.write(fd, json.dumps(record, separators=(",", ":")).encode("utf-8"))
             finally:
                 os.close(fd)
-            sup.append_state(building, state)
-            os.rename(building, sup.job_dir(self.root, job_id))
+            supervisor.append_state(building, state)
+            os.rename(building, supervisor.job_dir(self.root, job_id))
         except OSError:
             shutil.rmtree(building, ignore_errors=True)
-            existing = self._existing(job_id, fingerprint) if key is not None else None
+            existing = self._existing_job(job_id, fingerprint) if key is not None else None
             if existing is None:
                 raise
             return existing
-        self._request(job_id)
-        return _status(state)
+        self._send_request(job_id)
+        return _status_from_record(state)
 
-    def _existing(self, job_id: str, fingerprint: str) -> JobStatus | None:
-        state = sup.read_state(sup.job_dir(self.root, job_id))
+    def _existing_job(self, job_id: str, fingerprint: str) -> JobStatus | None:
+        state = supervisor.read_state(supervisor.job_dir(self.root, job_id))
         if state is None:
             return None
         if state.get("fingerprint") != fingerprint:
@@ -311,92 +308,83 @@ class LocalLauncher(ComputeDriver):
                 "with a different spec; use a new key for a new job",
                 provider=self.scheme,
             )
-        if state["state"] not in sup.TERMINAL:
-            self._request(job_id)  # its first submitter may have died before waking the supervisor
-        return _status(state)
+        if state["state"] not in supervisor.TERMINAL:
+            self._send_request(job_id)  # its first submitter may have died before waking the supervisor
+        return _status_from_record(state)
 
     def describe(self, job_id: str) -> JobStatus:
-        state = self._state(job_id)
-        if state["state"] not in sup.TERMINAL:
-            self._ensure_alive()
-        return _status(state)
+        state = self._read_state(job_id)
+        if state["state"] not in supervisor.TERMINAL:
+            self._ensure_supervisor()
+        return _status_from_record(state)
 
     def wait(self, job_id: str, timeout: float) -> JobStatus:
-        end = time.monotonic() + timeout
-        delay = 0.001
-        while True:
-            status = self.describe(job_id)
-            left = end - time.monotonic()
-            if status.state.terminal or left <= 0:
-                return status
-            time.sleep(min(delay, left))
-            delay = min(delay * 1.5, 0.02)
+        # a poll reads one local file: poll often, so that wait() returns soon after the end
+        return wait_for_status(self.describe, job_id, timeout, poll=0.001, max_poll=0.02)
 
     def terminate(self, job_id: str, reason: str) -> None:
-        if self._state(job_id)["state"] in sup.TERMINAL:
+        if self._read_state(job_id)["state"] in supervisor.TERMINAL:
             return
-        self._request(job_id, "cancel", {"reason": reason})
+        self._send_request(job_id, "cancel", {"reason": reason})
 
     def preempt(self, job_id: str, grace: float | None) -> None:
-        if self._state(job_id)["state"] != sup.RUNNING:
+        if self._read_state(job_id)["state"] != supervisor.RUNNING:
             return
-        self._request(job_id, "preempt", {"grace": grace})
+        self._send_request(job_id, "preempt", {"grace": grace})
 
     def list_jobs(self, labels: Mapping[str, str]) -> Iterator[JobStatus]:
         found: list[dict[str, Any]] = []
-        for job_id in os.listdir(sup.jobs_dir(self.root)):
-            if not _ID.match(job_id):
+        for job_id in os.listdir(supervisor.jobs_dir(self.root)):
+            if not _JOB_ID.match(job_id):
                 continue
-            state = sup.read_state(sup.job_dir(self.root, job_id))
+            state = supervisor.read_state(supervisor.job_dir(self.root, job_id))
             if state is None:
                 continue
             have = state.get("labels") or {}
             if all(have.get(k) == v for k, v in labels.items()):
                 found.append(state)
         found.sort(key=lambda s: (s.get("created") or 0.0, s["job_id"]))
-        return iter([_status(s) for s in found])
+        return iter([_status_from_record(s) for s in found])
 
     def logs(self, job_id: str, follow: bool) -> Iterator[str]:
-        self._state(job_id)  # NotFound now, not on first iteration
-        return self._lines(job_id, follow)
+        self._read_state(job_id)  # NotFound now, not on first iteration
+        return self._log_lines(job_id, follow)
 
-    def _lines(self, job_id: str, follow: bool) -> Iterator[str]:
-        folder = self._folder(job_id)
+    def _log_lines(self, job_id: str, follow: bool) -> Iterator[str]:
+        folder = self._job_folder(job_id)
         attempt, offset, partial = 1, 0, b""
         delay = 0.005
+        ending = False  # the job has ended (or we do not follow): one more read, then stop
         while True:
-            path = os.path.join(folder, f"attempt-{attempt}.log")
-            chunk = b""
-            with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
+            chunk = _read_from(os.path.join(folder, f"attempt-{attempt}.log"), offset)
             if chunk:
                 offset += len(chunk)
                 *whole, partial = (partial + chunk).split(b"\n")
                 for line in whole:
                     yield line.decode("utf-8", "replace")
                 delay = 0.005
-                continue
+                if not ending:
+                    continue
             if os.path.exists(os.path.join(folder, f"attempt-{attempt + 1}.log")):
                 if partial:
                     yield partial.decode("utf-8", "replace")
-                attempt, offset, partial = attempt + 1, 0, b""
+                attempt, offset, partial, ending = attempt + 1, 0, b"", False
                 continue
-            if not follow or self._state(job_id)["state"] in sup.TERMINAL:
-                # one more read: output written just before the job ended
-                with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
-                    fh.seek(offset)
-                    chunk = fh.read()
-                if chunk:
-                    offset += len(chunk)
-                    *whole, partial = (partial + chunk).split(b"\n")
-                    for line in whole:
-                        yield line.decode("utf-8", "replace")
-                if os.path.exists(os.path.join(folder, f"attempt-{attempt + 1}.log")):
-                    continue
+            if ending:
                 if partial:
                     yield partial.decode("utf-8", "replace")
                 return
-            self._ensure_alive()
+            if not follow or self._read_state(job_id)["state"] in supervisor.TERMINAL:
+                ending = True  # output may have been written just before the job ended
+                continue
+            self._ensure_supervisor()
             time.sleep(delay)
             delay = min(delay * 1.5, 0.1)
+
+
+def _read_from(path: str, offset: int) -> bytes:
+    """What ``path`` holds past ``offset``; nothing while it does not exist."""
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read()
+    return b""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,8 +38,6 @@ def stop_supervisor(root: Path) -> None:
     driver = LocalLauncher(root)
     pid = driver.stop_supervisor(grace=0.2, timeout=30)
     if pid is not None:
-        import time
-
         end = time.monotonic() + 10
         while not process_gone(pid) and time.monotonic() < end:
             time.sleep(0.01)

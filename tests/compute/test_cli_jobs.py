@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from portable.cli import main
+from portable.compute import open_launcher
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -47,8 +48,6 @@ def test_cancel_and_preempt(jobs_dir: Path, capsys: pytest.CaptureFixture[str]) 
     job_id = out.strip()
     assert run(capsys, "jobs", "preempt", job_id, "--jobs", url)[0] == 0
     assert run(capsys, "jobs", "cancel", job_id, "--jobs", url)[0] == 0
-    from portable.compute import open_launcher
-
     assert open_launcher(url).get(job_id).wait(timeout=30).state.value == "CANCELLED"
 
 

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from portable.compute import JobSpec, JobState, open_launcher
+from portable.compute import Job, JobSpec, JobState, open_launcher
+from portable.config import Profile
 from portable.embedded.localjobs import LocalLauncher
 from portable.errors import InvalidURL, MissingCapability
+from portable.resilience import ResiliencePolicy, RetryPolicy
 from portable.testing.compute_suite import poll_until
 
 from .conftest import process_gone
@@ -205,8 +207,8 @@ def test_what_a_job_leaves_behind_is_killed(jobs_dir: Path, tmp_path: Path) -> N
     poll_until(lambda: process_gone(pid), 10, "the job's leftover child to be killed")
 
 
-def test_a_killed_supervisor_is_replaced_and_its_job_restarted(jobs_dir: Path, tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
+def _running_job_and_supervisor(jobs_dir: Path, gate: Path) -> tuple[Job, LocalLauncher, int]:
+    """A job held RUNNING until ``gate`` exists, its driver, and the pid of the supervisor running it."""
     launcher = open_launcher(_url(jobs_dir))
     job = launcher.submit(JobSpec(command=[sys.executable, "-c", GATED], env={"GATE": str(gate)}))
     poll_until(lambda: job.status().state is JobState.RUNNING, 60, "the job to run")
@@ -214,6 +216,12 @@ def test_a_killed_supervisor_is_replaced_and_its_job_restarted(jobs_dir: Path, t
     assert isinstance(driver, LocalLauncher)
     pid = driver.supervisor_pid()
     assert pid is not None
+    return job, driver, pid
+
+
+def test_a_killed_supervisor_is_replaced_and_its_job_restarted(jobs_dir: Path, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    job, driver, pid = _running_job_and_supervisor(jobs_dir, gate)
     os.kill(pid, signal.SIGKILL)
     poll_until(lambda: process_gone(pid), 10, "the supervisor to die")
     # the next look at a non-terminal job starts a new supervisor, which restarts the orphan
@@ -226,13 +234,7 @@ def test_a_killed_supervisor_is_replaced_and_its_job_restarted(jobs_dir: Path, t
 
 def test_sigterm_to_the_supervisor_preempts_its_jobs(jobs_dir: Path, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    launcher = open_launcher(_url(jobs_dir))
-    job = launcher.submit(JobSpec(command=[sys.executable, "-c", GATED], env={"GATE": str(gate)}))
-    poll_until(lambda: job.status().state is JobState.RUNNING, 60, "the job to run")
-    driver = launcher.driver
-    assert isinstance(driver, LocalLauncher)
-    pid = driver.supervisor_pid()
-    assert pid is not None
+    job, _, pid = _running_job_and_supervisor(jobs_dir, gate)
     os.kill(pid, signal.SIGTERM)
     poll_until(lambda: process_gone(pid), 30, "the supervisor to exit")
     status = job.status()  # starts a new supervisor: the job goes on
@@ -263,6 +265,16 @@ def test_open_from_the_profile(jobs_dir: Path, monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(MissingCapability, match="gpus"):
         open_launcher(profile="gpu")
     assert open_launcher(profile="spot").capabilities.preempt
+
+
+def test_a_policy_overrides_the_profiles_for_the_launcher_and_its_events(jobs_dir: Path, unique_name: str) -> None:
+    mine = ResiliencePolicy(retry=RetryPolicy(max_attempts=1), breaker=None)
+    profiles = Profile("p", storage="mem://", queue="mem://", jobs=_url(jobs_dir), resilience=ResiliencePolicy(deadline=30))
+    with open_launcher(profile=profiles, policy=mine, events=f"mem://{unique_name}") as launcher:
+        assert launcher._guard.policy is mine and launcher._guard_no_retry.policy is mine
+        assert launcher._events is not None and launcher._events._topic._guard.policy is mine
+    with open_launcher(profile=profiles) as launcher:
+        assert launcher._guard.policy is profiles.resilience
 
 
 def test_default_url_is_a_folder_under_the_working_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

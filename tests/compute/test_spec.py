@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+
 import pytest
 
 from portable.compute import (
@@ -84,17 +88,18 @@ def test_states_and_capabilities() -> None:
     ["portable.compute", "portable.checkpoint", "portable.driver.compute", "portable.testing.compute_suite", "portable.embedded.localjobs"],
 )
 def test_module_all_is_sorted_and_complete(module: str) -> None:
-    import importlib
-
     mod = importlib.import_module(module)
     assert list(mod.__all__) == sorted(mod.__all__)
     assert all(hasattr(mod, name) for name in mod.__all__)
 
 
 def test_importing_compute_loads_no_dask() -> None:
-    import subprocess
-    import sys
-
     code = "import sys, portable.compute, portable.checkpoint; print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {'dask', 'distributed', 'portable_dask'})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_importing_compute_loads_no_messaging() -> None:
+    code = "import sys, portable.compute; print('portable.messaging' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

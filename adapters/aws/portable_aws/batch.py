@@ -100,7 +100,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from portable.driver.compute import (
@@ -110,6 +110,7 @@ from portable.driver.compute import (
     JobState,
     JobStatus,
     Resources,
+    wait_for_status,
 )
 from portable.errors import ErrorCode, IdempotencyConflict, InvalidArgument, InvalidURL
 from portable.urls import ParsedURL
@@ -129,7 +130,7 @@ _TAG_FINGERPRINT = "portable.fingerprint"
 _TAG_NAME = "portable.name"
 _LABEL = "label:"
 _MIN_TIMEOUT = 60
-_WRAPPER = (
+_ENV_WRAPPER = (
     'PORTABLE_JOB_ID="${AWS_BATCH_JOB_ID:-}"; PORTABLE_JOB_ATTEMPT="${AWS_BATCH_JOB_ATTEMPT:-1}"; '
     "export PORTABLE_JOB_ID PORTABLE_JOB_ATTEMPT; "
 )
@@ -167,10 +168,12 @@ class JobNotFound(KeyError):
 
 
 def key_digest(key: str) -> str:
+    """The 24 hex characters of ``key``'s SHA-256 that name its job (``k<digest>-<name>``)."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 
 
-def _tag_value(text: str) -> str:
+def _to_tag(text: str) -> str:
+    """``text`` as a tag value: as it is when tags accept it, else ``b64:`` and its base64."""
     if _TAG_SAFE.match(text) and not text.startswith("b64:"):
         return text
     return "b64:" + base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii")
@@ -182,26 +185,138 @@ def _from_tag(value: str | None) -> str | None:
     return base64.urlsafe_b64decode(value[4:].encode("ascii")).decode("utf-8")
 
 
-def _time(ms: Any) -> dt.datetime | None:
+def _from_epoch_ms(ms: Any) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(int(ms) / 1000, dt.UTC) if ms else None
+
+
+class _JobDefinitions:
+    """The job definition the launcher's jobs run, and those derived from it for
+    other images: ``<definition>-<hash of image>``, registered once, found again
+    by name afterwards (by this or any other process)."""
+
+    def __init__(self, client: Any, definition: str) -> None:
+        self.client = client
+        self.definition = definition  # NAME or NAME:REVISION
+        self._base: dict[str, Any] | None = None
+        self._arn_by_image: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def base(self) -> dict[str, Any]:
+        """The named revision, or the latest ACTIVE one (read once)."""
+        with self._lock:
+            if self._base is None:
+                name, _, revision = self.definition.partition(":")
+                if revision:
+                    found = self.client.describe_job_definitions(jobDefinitions=[self.definition])
+                else:
+                    found = self.client.describe_job_definitions(jobDefinitionName=name, status="ACTIVE")
+                defs = sorted(found.get("jobDefinitions", []), key=lambda d: int(d.get("revision", 0)))
+                if not defs:
+                    raise JobNotFound(f"no ACTIVE job definition {self.definition!r}")
+                self._base = defs[-1]
+            return self._base
+
+    def arn_for(self, image: str | None) -> str:
+        """The ARN of the definition that runs ``image`` (None: the base's own image)."""
+        base = self.base()
+        props = base.get("containerProperties") or {}
+        if image is None or image == props.get("image"):
+            return str(base["jobDefinitionArn"])
+        with self._lock:
+            known = self._arn_by_image.get(image)
+        if known:
+            return known
+        name = f"{base['jobDefinitionName'][:110]}-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
+        found = self.client.describe_job_definitions(jobDefinitionName=name, status="ACTIVE").get("jobDefinitions", [])
+        same = [d for d in found if (d.get("containerProperties") or {}).get("image") == image]
+        if same:
+            arn = str(max(same, key=lambda d: int(d.get("revision", 0)))["jobDefinitionArn"])
+        else:
+            container = {k: props[k] for k in _DEFINITION_FIELDS if k in props}
+            container["image"] = image
+            extra: dict[str, Any] = {}
+            if base.get("platformCapabilities"):
+                extra["platformCapabilities"] = base["platformCapabilities"]
+            arn = str(
+                self.client.register_job_definition(
+                    jobDefinitionName=name, type="container", containerProperties=container, **extra
+                )["jobDefinitionArn"]
+            )
+        with self._lock:
+            self._arn_by_image[image] = arn
+        return arn
+
+    def log_group(self) -> str | None:
+        """The base definition's ``awslogs-group``, if it names one."""
+        props = self.base().get("containerProperties") or {}
+        options = (props.get("logConfiguration") or {}).get("options") or {}
+        group = options.get("awslogs-group")
+        return str(group) if group else None
+
+
+class _JobLogs:
+    """A job's output from CloudWatch Logs: one log stream per attempt, oldest first."""
+
+    def __init__(self, client: Any, group: Callable[[], str], poll: float) -> None:
+        self.client = client
+        self.group = group  # resolved on first use: it may need the job definition
+        self.poll = poll
+
+    def lines(self, job: dict[str, Any], follow: bool, describe: Callable[[], dict[str, Any]]) -> Iterator[str]:
+        """Yield the lines of every attempt of ``job``; with ``follow``, poll
+        (``describe`` reads the job again) until it has ended and its streams are drained."""
+        tokens: dict[str, str | None] = {}
+        while True:
+            ended = str(job.get("status")) in ("SUCCEEDED", "FAILED")
+            for stream in self._stream_names(job):
+                yield from self._read_stream(stream, tokens)
+            if not follow or ended:
+                return
+            time.sleep(self.poll)
+            job = describe()
+
+    @staticmethod
+    def _stream_names(job: dict[str, Any]) -> builtins.list[str]:
+        names = [((a.get("container") or {}).get("logStreamName")) for a in job.get("attempts") or []]
+        current = (job.get("container") or {}).get("logStreamName")
+        if current:
+            names.append(current)
+        out: builtins.list[str] = []
+        for name in names:
+            if name and name not in out:
+                out.append(name)
+        return out
+
+    def _read_stream(self, stream: str, tokens: dict[str, str | None]) -> Iterator[str]:
+        """Yield what ``stream`` holds past ``tokens[stream]``, and advance that token."""
+        group = self.group()
+        while True:
+            kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
+            token = tokens.get(stream)
+            if token:
+                kwargs["nextToken"] = token
+            try:
+                resp = self.client.get_log_events(**kwargs)
+            except Exception as exc:
+                if aws_error_code(exc)[0] == "ResourceNotFoundException":
+                    return  # the job wrote nothing (yet), or its stream expired
+                raise
+            for event in resp.get("events", ()):
+                yield str(event.get("message", "")).rstrip("\r\n")
+            new = resp.get("nextForwardToken")
+            if not new or new == token:
+                tokens[stream] = token
+                return
+            tokens[stream] = new
 
 
 class BatchLauncher(AWSClassifier, ComputeDriver):
     """Jobs on one AWS Batch job queue with one job definition."""
 
     scheme = "batch"
-    capabilities = ComputeCapabilities(
-        containers=True,
-        gpus=True,
-        logs=True,
-        cancel=True,
-        checkpoints=True,
-        preempt=False,
-        timeouts=True,
-        retries=True,
-        idempotent_submit=True,
-        detached=True,
-    )
+    # the defaults (logs, cancel, checkpoints, timeouts, retries, idempotent submit, detached) and
+    # containers and GPUs; Batch cannot be asked to reclaim a machine, so no preempt
+    capabilities = ComputeCapabilities(containers=True, gpus=True)
 
     def __init__(
         self,
@@ -229,9 +344,8 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         self.client: Any = new_client("batch", self.options, config)
         self.logs_client: Any = new_client("logs", self.options, config)
         self._log_group = log_group
-        self._definition: dict[str, Any] | None = None
-        self._derived: dict[str, str] = {}
-        self._lock = threading.Lock()
+        self.definitions = _JobDefinitions(self.client, job_definition)
+        self._logs = _JobLogs(self.logs_client, self._log_group_name, poll)
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> BatchLauncher:
@@ -255,59 +369,14 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
     def __repr__(self) -> str:
         return f"BatchLauncher(queue={self.job_queue!r}, definition={self.job_definition!r}, endpoint={self.endpoint!r})"
 
-    # -- job definitions -------------------------------------------------
-    def _base_definition(self) -> dict[str, Any]:
-        with self._lock:
-            if self._definition is None:
-                name, _, revision = self.job_definition.partition(":")
-                if revision:
-                    found = self.client.describe_job_definitions(jobDefinitions=[self.job_definition])
-                else:
-                    found = self.client.describe_job_definitions(jobDefinitionName=name, status="ACTIVE")
-                defs = sorted(found.get("jobDefinitions", []), key=lambda d: int(d.get("revision", 0)))
-                if not defs:
-                    raise JobNotFound(f"no ACTIVE job definition {self.job_definition!r}")
-                self._definition = defs[-1]
-            return self._definition
-
-    def _definition_for(self, image: str | None) -> str:
-        base = self._base_definition()
-        props = base.get("containerProperties") or {}
-        if image is None or image == props.get("image"):
-            return str(base["jobDefinitionArn"])
-        with self._lock:
-            known = self._derived.get(image)
-        if known:
-            return known
-        name = f"{base['jobDefinitionName'][:110]}-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
-        found = self.client.describe_job_definitions(jobDefinitionName=name, status="ACTIVE").get("jobDefinitions", [])
-        same = [d for d in found if (d.get("containerProperties") or {}).get("image") == image]
-        if same:
-            arn = str(max(same, key=lambda d: int(d.get("revision", 0)))["jobDefinitionArn"])
-        else:
-            container = {k: props[k] for k in _DEFINITION_FIELDS if k in props}
-            container["image"] = image
-            extra: dict[str, Any] = {}
-            if base.get("platformCapabilities"):
-                extra["platformCapabilities"] = base["platformCapabilities"]
-            arn = str(
-                self.client.register_job_definition(
-                    jobDefinitionName=name, type="container", containerProperties=container, **extra
-                )["jobDefinitionArn"]
-            )
-        with self._lock:
-            self._derived[image] = arn
-        return arn
-
-    def _group(self) -> str:
+    def _log_group_name(self) -> str:
         if self._log_group:
             return self._log_group
         try:
-            props = self._base_definition().get("containerProperties") or {}
-        except Exception:
-            props = {}
-        options = (props.get("logConfiguration") or {}).get("options") or {}
-        self._log_group = str(options.get("awslogs-group") or "/aws/batch/job")
+            group = self.definitions.log_group()
+        except Exception:  # the definition cannot be read: its logs go to Batch's default group
+            group = None
+        self._log_group = group or "/aws/batch/job"
         return self._log_group
 
     # -- submit ----------------------------------------------------------
@@ -320,8 +389,8 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         if key is not None:
             existing = self._jobs_with_key(key)
             if existing:
-                return self._settle(existing[0], fingerprint, key)
-        request = self._request(spec, fingerprint)
+                return self._status_if_same_spec(existing[0], fingerprint, key)
+        request = self._submit_request(spec, fingerprint)
         resp = self.client.submit_job(**request)
         job_id = str(resp["jobId"])
         if key is None:
@@ -333,9 +402,9 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         winner = racers[0]
         if winner["jobId"] != job_id:
             self.client.terminate_job(jobId=job_id, reason=(_DUPLICATE + str(winner["jobId"]))[:256])
-        return self._settle(winner, fingerprint, key)
+        return self._status_if_same_spec(winner, fingerprint, key)
 
-    def _settle(self, job: dict[str, Any], fingerprint: str, key: str) -> JobStatus:
+    def _status_if_same_spec(self, job: dict[str, Any], fingerprint: str, key: str) -> JobStatus:
         tags = job.get("tags") or {}
         if tags.get(_TAG_FINGERPRINT) not in (None, fingerprint):
             raise IdempotencyConflict(
@@ -344,14 +413,14 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
             )
         return self._status(job)
 
-    def _request(self, spec: JobSpec, fingerprint: str) -> dict[str, Any]:
+    def _submit_request(self, spec: JobSpec, fingerprint: str) -> dict[str, Any]:
         env = dict(spec.env)
         env["PORTABLE_JOB_NAME"] = spec.name
         if spec.checkpoint_url is not None:
             env["PORTABLE_CHECKPOINT_URL"] = spec.checkpoint_url
         command = list(spec.command)
         if self.wrap:
-            script = _WRAPPER
+            script = _ENV_WRAPPER
             if spec.workdir is not None:
                 script += f"cd {shlex.quote(spec.workdir)} || exit 127; "
             command = ["/bin/sh", "-c", script + 'exec "$@"', "portable-job", *command]
@@ -373,12 +442,12 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         tags.update({f"{_LABEL}{k}": v for k, v in spec.labels.items()})
         name = spec.name
         if spec.idempotency_key is not None:
-            tags[_TAG_KEY] = _tag_value(spec.idempotency_key)
+            tags[_TAG_KEY] = _to_tag(spec.idempotency_key)
             name = f"k{key_digest(spec.idempotency_key)}-{spec.name}"[:128]
         request: dict[str, Any] = {
             "jobName": name,
             "jobQueue": self.job_queue,
-            "jobDefinition": self._definition_for(spec.image),
+            "jobDefinition": self.definitions.arn_for(spec.image),
             "containerOverrides": overrides,
             "retryStrategy": {"attempts": spec.retries + 1},
             "tags": tags,
@@ -393,7 +462,7 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         prefix = f"k{key_digest(key)}-"
         ids = [
             s["jobId"]
-            for s in self._summaries([{"name": "JOB_NAME", "values": [prefix + "*"]}])
+            for s in self._job_summaries([{"name": "JOB_NAME", "values": [prefix + "*"]}])
             if str(s.get("jobName", "")).startswith(prefix)
         ]
         jobs = [
@@ -405,7 +474,7 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         jobs.sort(key=lambda j: (int(j.get("createdAt", 0)), str(j["jobId"])))
         return jobs
 
-    def _summaries(self, filters: builtins.list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    def _job_summaries(self, filters: builtins.list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"jobQueue": self.job_queue, "filters": filters, "maxResults": 1000}
@@ -424,14 +493,14 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         return out
 
     # -- reading ---------------------------------------------------------
-    def _job(self, job_id: str) -> dict[str, Any]:
+    def _described_job(self, job_id: str) -> dict[str, Any]:
         jobs = self.client.describe_jobs(jobs=[job_id]).get("jobs", [])
         if not jobs:
             raise JobNotFound(f"no Batch job {job_id!r} in {self.endpoint}")
         return dict(jobs[0])
 
     def describe(self, job_id: str) -> JobStatus:
-        return self._status(self._job(job_id))
+        return self._status(self._described_job(job_id))
 
     def _status(self, job: dict[str, Any]) -> JobStatus:
         raw = str(job.get("status", "SUBMITTED"))
@@ -476,20 +545,20 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
             preemptions=0,
             labels={k[len(_LABEL) :]: v for k, v in tags.items() if k.startswith(_LABEL)},
             idempotency_key=_from_tag(tags.get(_TAG_KEY)),
-            created=_time(job.get("createdAt")),
-            started=_time(job.get("startedAt")),
-            finished=_time(job.get("stoppedAt")) if state.terminal else None,
+            created=_from_epoch_ms(job.get("createdAt")),
+            started=_from_epoch_ms(job.get("startedAt")),
+            finished=_from_epoch_ms(job.get("stoppedAt")) if state.terminal else None,
         )
 
     def terminate(self, job_id: str, reason: str) -> None:
-        job = self._job(job_id)
+        job = self._described_job(job_id)
         if str(job.get("status")) in ("SUCCEEDED", "FAILED"):
             return
         self.client.terminate_job(jobId=job_id, reason=f"{_CANCELLED}: {reason}"[:256])
 
     def list_jobs(self, labels: Mapping[str, str]) -> Iterator[JobStatus]:
         # AFTER_CREATED_AT=0 lists every status (without a filter ListJobs lists RUNNING only).
-        ids = [s["jobId"] for s in self._summaries([{"name": "AFTER_CREATED_AT", "values": ["0"]}])]
+        ids = [s["jobId"] for s in self._job_summaries([{"name": "AFTER_CREATED_AT", "values": ["0"]}])]
         wanted = {f"{_LABEL}{k}": v for k, v in labels.items()}
         jobs = [
             j
@@ -501,63 +570,13 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
         return iter([self._status(j) for j in jobs])
 
     def wait(self, job_id: str, timeout: float) -> JobStatus:
-        end = time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            status = self.describe(job_id)
-            left = end - time.monotonic()
-            if status.state.terminal or left <= 0:
-                return status
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, self.poll)
+        # every poll is a DescribeJobs request: back off quickly to the URL's poll interval
+        return wait_for_status(self.describe, job_id, timeout, poll=0.05, max_poll=self.poll, backoff=2.0)
 
     # -- logs ------------------------------------------------------------
     def logs(self, job_id: str, follow: bool) -> Iterator[str]:
-        job = self._job(job_id)  # NotFound now, not at the first line
-        return self._lines(job_id, job, follow)
-
-    def _streams(self, job: dict[str, Any]) -> builtins.list[str]:
-        names = [((a.get("container") or {}).get("logStreamName")) for a in job.get("attempts") or []]
-        current = (job.get("container") or {}).get("logStreamName")
-        if current:
-            names.append(current)
-        out: builtins.list[str] = []
-        for name in names:
-            if name and name not in out:
-                out.append(name)
-        return out
-
-    def _lines(self, job_id: str, job: dict[str, Any], follow: bool) -> Iterator[str]:
-        tokens: dict[str, str | None] = {}
-        while True:
-            ended = str(job.get("status")) in ("SUCCEEDED", "FAILED")
-            for stream in self._streams(job):
-                yield from self._drain(stream, tokens)
-            if not follow or ended:
-                return
-            time.sleep(self.poll)
-            job = self._job(job_id)
-
-    def _drain(self, stream: str, tokens: dict[str, str | None]) -> Iterator[str]:
-        group = self._group()
-        while True:
-            kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
-            token = tokens.get(stream)
-            if token:
-                kwargs["nextToken"] = token
-            try:
-                resp = self.logs_client.get_log_events(**kwargs)
-            except Exception as exc:
-                if aws_error_code(exc)[0] == "ResourceNotFoundException":
-                    return  # the job wrote nothing (yet), or its stream expired
-                raise
-            for event in resp.get("events", ()):
-                yield str(event.get("message", "")).rstrip("\r\n")
-            new = resp.get("nextForwardToken")
-            if not new or new == token:
-                tokens[stream] = token
-                return
-            tokens[stream] = new
+        job = self._described_job(job_id)  # NotFound now, not at the first line
+        return self._logs.lines(job, follow, lambda: self._described_job(job_id))
 
     # -- classification and escape hatches ------------------------------
     def code_of(self, exc: BaseException) -> ErrorCode:

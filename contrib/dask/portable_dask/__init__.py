@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .launcher import DaskLauncher, submit_callable
+from .launcher import DaskLauncher, local_cluster, submit_callable
 
-__all__ = ["DaskLauncher", "submit_callable"]
+__all__ = ["DaskLauncher", "local_cluster", "submit_callable"]

@@ -63,15 +63,10 @@ As: ``distributed.Client``; ``distributed.LocalCluster`` for ``dask+local://``.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import datetime as dt
 import functools
 import logging
-import os
-import select
-import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -81,183 +76,55 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from distributed import Client, Future, LocalCluster, get_worker
+from distributed import Client, Future, LocalCluster
 from distributed.comm.core import CommClosedError
 
-from portable.compute import Job, JobSpec, Launcher, normalise_spec
+from portable.compute import Job, JobSpec, Launcher
 from portable.driver.compute import ComputeCapabilities, ComputeDriver, JobState, JobStatus
 from portable.errors import ErrorCode, IdempotencyConflict, InvalidURL, NotFound, Unsupported
 from portable.urls import ParsedURL
 
-__all__ = ["AttemptFailed", "DaskLauncher", "submit_callable"]
+from ._worker import AttemptFailed, run_callable, run_command, stop_attempt
 
-_LOG_FLUSH = 0.05
+__all__ = ["AttemptFailed", "DaskLauncher", "local_cluster", "submit_callable"]
 
-# ---------------------------------------------------------------- on the workers
-#: (job id, attempt) -> the command's process, on each worker
-_PROCS: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
-#: (job id, attempt) -> grace of a stop that came before the process existed
-_DOOMED: dict[tuple[str, int], float] = {}
-_PROCS_LOCK = threading.Lock()
+#: a callable job's call: the function, its positional and its keyword arguments
+_Call = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
-def _kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM the process group, SIGKILL it after ``grace`` seconds if still there."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
-    if grace <= 0:
-        return
+def local_cluster(workers: int = 2, threads: int = 1) -> LocalCluster:
+    """The ``LocalCluster`` of ``dask+local://``: ``workers`` processes of
+    ``threads`` threads each, listening on 127.0.0.1 only, without a dashboard.
 
-    def later() -> None:
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-
-    threading.Thread(target=later, daemon=True, name="portable-kill").start()
-
-
-def _stop_attempt(job_id: str, attempt: int, grace: float) -> bool:
-    """Run on a worker by ``Client.run``: stop an attempt's command."""
-    with _PROCS_LOCK:
-        proc = _PROCS.get((job_id, attempt))
-        if proc is None:
-            _DOOMED[(job_id, attempt)] = grace
-            return False
-    _kill_group(proc, grace)
-    return True
-
-
-def _run_command(
-    job_id: str,
-    attempt: int,
-    command: list[str],
-    env: dict[str, str],
-    cwd: str | None,
-    timeout: float | None,
-    grace: float,
-    topic: str,
-) -> None:
-    """The task of one attempt of a command job; raises AttemptFailed unless it exits 0."""
-    worker = get_worker()
-    worker.log_event(topic, {"job": job_id, "attempt": attempt, "event": "started", "worker": worker.address})
-    log_topic = f"portable-log-{job_id}"
-    try:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            cwd=cwd,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError as exc:
-        text = f"portable: cannot start {command[0]!r}: {exc}\n"
-        worker.log_event(log_topic, {"attempt": attempt, "text": text})
-        raise AttemptFailed({"exit_code": None, "error": f"cannot start {command[0]!r}: {exc.strerror or exc}"}) from None
-    with _PROCS_LOCK:
-        _PROCS[(job_id, attempt)] = proc
-        doomed = _DOOMED.pop((job_id, attempt), None)
-    if doomed is not None:
-        _kill_group(proc, doomed)
-    assert proc.stdout is not None
-    try:
-        outcome = _pump(proc, job_id, attempt, timeout, grace, worker, log_topic)
-    finally:
-        with _PROCS_LOCK:
-            _PROCS.pop((job_id, attempt), None)
-    if outcome["exit_code"] != 0 or outcome["timed_out"]:
-        raise AttemptFailed(outcome)
-    return None  # success is the future's own state: the client fetches nothing
-
-
-class AttemptFailed(Exception):
-    """Raised by a command's task when it did not exit 0; ``args[0]`` is the outcome.
-
-    Success then needs no result fetch at all (the future is just "finished"),
-    and only a failed attempt costs the client a round trip for its outcome.
+    Args:
+        workers: worker processes. Defaults to 2.
+        threads: threads per worker (jobs each runs at once). Defaults to 1.
     """
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=threads,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        # no dashboard; the scheduler's health endpoint on a free loopback port, not :8787
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+        silence_logs=logging.ERROR,
+    )
 
 
-def _pump(
-    proc: subprocess.Popen[bytes],
-    job_id: str,
-    attempt: int,
-    timeout: float | None,
-    grace: float,
-    worker: Any,
-    log_topic: str,
-) -> dict[str, Any]:
-    """Stream the command's output to the event log until it ends; enforce its timeout.
-
-    One thread: select on the pipe, at most 0.1 s at a time, so that a job whose
-    leftover children keep the pipe open still ends when its own process does.
-    """
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    pending: list[str] = []
-    flushed = time.monotonic()
-    deadline = None if timeout is None else flushed + timeout
-    timed_out = False
-    code: int | None = None
-    while True:
-        now = time.monotonic()
-        wait = 0.1
-        if pending:
-            wait = min(wait, max(0.0, flushed + _LOG_FLUSH - now))
-        if deadline is not None and not timed_out:
-            wait = min(wait, max(0.0, deadline - now))
-        ready, _, _ = select.select([fd], [], [], wait)
-        chunk = os.read(fd, 65536) if ready else None
-        if chunk:
-            pending.append(decoder.decode(chunk))
-        now = time.monotonic()
-        if pending and (chunk == b"" or now - flushed >= _LOG_FLUSH):
-            worker.log_event(log_topic, {"attempt": attempt, "text": "".join(pending)})
-            pending.clear()
-            flushed = now
-        if deadline is not None and not timed_out and now >= deadline:
-            timed_out = True
-            _kill_group(proc, grace)
-        if chunk == b"":
-            break
-        if code is None and (code := proc.poll()) is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # what the attempt left behind
-    tail = decoder.decode(b"", final=True)
-    if tail:
-        worker.log_event(log_topic, {"attempt": attempt, "text": tail})
-    proc.stdout.close()
-    if code is None:
-        code = proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    return {"exit_code": code, "timed_out": timed_out}
-
-
-def _run_callable(fn: Callable[..., Any], job_id: str, attempt: int, topic: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The task of one attempt of a callable job (bound to ``fn`` with functools.partial)."""
-    worker = get_worker()
-    worker.log_event(topic, {"job": job_id, "attempt": attempt, "event": "started", "worker": worker.address})
-    return fn(*args, **kwargs)
-
-
-# ---------------------------------------------------------------- in the client
 @dataclass
-class _Record:
+class _JobRecord:
+    """A job of this launcher: its spec, its state, and its current attempt."""
+
     job_id: str
     spec: JobSpec
     fingerprint: str
-    call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None = None
+    call: _Call | None = None
     state: JobState = JobState.PENDING
     exit_code: int | None = None
     reason: str | None = None
-    attempts: int = 0
-    launched: int = 0
+    attempts: int = 0  # attempts that started
+    launched: int = 0  # attempts submitted: the number of the current one
     preemptions: int = 0
     failures: int = 0
     created: float = field(default_factory=time.time)
@@ -266,9 +133,9 @@ class _Record:
     future: Future[Any] | None = None
     worker: str | None = None
     running_attempt: int = 0
-    intent: str | None = None
+    intent: str | None = None  # "cancel" or "preempt", asked of the running attempt
     intent_grace: float = 0.0
-    result: Future[Any] | None = None
+    result: Future[Any] | None = None  # a callable's value, left on the cluster until asked for
     done: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> JobStatus:
@@ -291,22 +158,229 @@ class _Record:
         )
 
 
+class _Attempts:
+    """Runs each job's attempts as Dask tasks and moves its record along as they
+    start and end: retries, preemption, cancel, and the timeouts of callables
+    (a command's timeout is enforced by its task, on its worker).
+
+    Records are changed only under the launcher's lock, which it shares.
+    """
+
+    def __init__(self, client: Client, grace: float, lock: threading.RLock, jobs: Mapping[str, _JobRecord]) -> None:
+        self.client = client
+        self.grace = grace
+        self._lock = lock
+        self._jobs = jobs
+        self._started_topic = f"portable-jobs-{uuid.uuid4().hex[:16]}"  # workers report started attempts here
+        self._actions = ThreadPoolExecutor(1, thread_name_prefix="portable-dask")
+        self._timers: set[threading.Timer] = set()
+        self._task_of_callable: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        client.subscribe_topic(self._started_topic, self._on_started)
+
+    def launch_next(self, rec: _JobRecord) -> None:
+        """Submit the job's next attempt (under the lock)."""
+        rec.launched += 1
+        attempt = rec.launched
+        spec = rec.spec
+        task_key = f"{rec.job_id}-{attempt}"
+        if rec.call is not None:
+            fn, args, kwargs = rec.call
+            try:
+                task = self._task_of_callable.get(fn)
+            except TypeError:  # not weakly referenceable (a builtin): no cache
+                task = None
+            if task is None:
+                # one task function per callable, so that Dask pickles it once, not per job
+                task = functools.partial(run_callable, fn)
+                with contextlib.suppress(TypeError):
+                    self._task_of_callable[fn] = task
+            fut = self.client.submit(
+                task, rec.job_id, attempt, self._started_topic, args, kwargs, key=task_key, pure=False
+            )
+        else:
+            env = dict(spec.env)
+            env.update(
+                PORTABLE_JOB_ID=rec.job_id, PORTABLE_JOB_NAME=spec.name, PORTABLE_JOB_ATTEMPT=str(attempt)
+            )
+            if spec.checkpoint_url:
+                env["PORTABLE_CHECKPOINT_URL"] = spec.checkpoint_url
+            fut = self.client.submit(
+                run_command,
+                rec.job_id,
+                attempt,
+                list(spec.command),
+                env,
+                spec.workdir,
+                spec.timeout,
+                self.grace,
+                self._started_topic,
+                key=task_key,
+                pure=False,
+            )
+        rec.future = fut
+        fut.add_done_callback(lambda f, r=rec, a=attempt: self._on_done(r, a, f))
+
+    def _on_started(self, event: tuple[float, Any]) -> None:
+        """Runs on the client's event loop: keep it short, never block."""
+        msg = event[1]
+        if not isinstance(msg, dict):
+            return
+        with self._lock:
+            rec = self._jobs.get(msg.get("job", ""))
+            attempt = int(msg.get("attempt", 0))
+            if rec is None or attempt != rec.launched or rec.state.terminal:
+                return
+            if msg.get("event") != "started" or rec.state is JobState.RUNNING:
+                return
+            rec.attempts = max(rec.attempts, attempt)
+            rec.worker = msg.get("worker")
+            rec.running_attempt = attempt
+            rec.started = rec.started or time.time()
+            rec.state = JobState.RUNNING
+            rec.reason = None
+            if rec.intent is not None:
+                self._actions.submit(self._stop_on_worker, rec, attempt, rec.intent_grace)
+            elif rec.call is not None and rec.spec.timeout is not None:
+                self._start_timer(rec, attempt, rec.spec.timeout)
+
+    def _on_done(self, rec: _JobRecord, attempt: int, fut: Future[Any]) -> None:
+        """Runs in Dask's callback thread once an attempt's future is done."""
+        outcome: dict[str, Any] | None = None
+        error: BaseException | None = None
+        status = fut.status
+        if status == "finished":
+            # a command's success, or a callable's value, which stays on the cluster until result() asks
+            outcome = {"exit_code": 0, "timed_out": False}
+        elif status == "error":
+            try:
+                error = fut.exception(timeout=30)
+            except Exception as exc:
+                error = exc
+            if isinstance(error, AttemptFailed) and rec.call is None:
+                outcome, error = error.args[0], None
+        with self._lock:
+            if attempt != rec.launched or rec.state.terminal:
+                return
+            rec.future = None
+            rec.attempts = max(rec.attempts, attempt) if (outcome or error) else rec.attempts
+            intent = rec.intent
+            if intent == "preempt":
+                rec.preemptions += 1
+                rec.intent = None
+                rec.state = JobState.PENDING
+                rec.exit_code = None if outcome is None else outcome.get("exit_code")
+                rec.reason = f"attempt {attempt} was preempted; restarting"
+                self.launch_next(rec)
+                return
+            if intent == "cancel" or status == "cancelled":
+                code = None if outcome is None else outcome.get("exit_code")
+                self._finish(rec, JobState.CANCELLED, "cancelled" if intent == "cancel" else "cancelled by Dask", code)
+                return
+            if outcome is not None and outcome.get("timed_out"):
+                self._finish(rec, JobState.FAILED, f"timed out after {rec.spec.timeout:g}s (attempt {attempt})", outcome.get("exit_code"))
+                return
+            if outcome is not None and outcome.get("error"):
+                self._finish(rec, JobState.FAILED, str(outcome["error"]), None)
+                return
+            if outcome is not None and outcome.get("exit_code") == 0:
+                rec.result = fut if rec.call is not None else None
+                self._finish(rec, JobState.SUCCEEDED, None, 0)
+                return
+            if outcome is not None:
+                code = outcome.get("exit_code")
+                why = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
+            else:
+                code = None
+                why = f"{type(error).__name__}: {error}" if error is not None else f"the task ended {status}"
+            rec.failures += 1
+            rec.exit_code = code
+            if rec.failures <= rec.spec.retries:
+                rec.state = JobState.PENDING
+                rec.reason = f"attempt {attempt} failed ({why}); retry {rec.failures} of {rec.spec.retries}"
+                self.launch_next(rec)
+            else:
+                self._finish(rec, JobState.FAILED, why, code)
+
+    def _finish(self, rec: _JobRecord, state: JobState, reason: str | None, code: int | None) -> None:
+        """End the job (under the lock)."""
+        rec.state, rec.reason, rec.exit_code = state, reason, code
+        rec.finished = time.time()
+        rec.future = None
+        rec.done.set()
+
+    def _start_timer(self, rec: _JobRecord, attempt: int, seconds: float) -> None:
+        def expire() -> None:
+            with self._lock:
+                self._timers.discard(timer)
+                if attempt != rec.launched or rec.state.terminal:
+                    return
+                fut = rec.future
+                self._finish(
+                    rec, JobState.FAILED, f"timed out after {seconds:g}s (attempt {attempt}); the call runs on in its thread", None
+                )
+            if fut is not None:
+                fut.cancel()
+
+        timer = threading.Timer(seconds, expire)
+        timer.daemon = True
+        self._timers.add(timer)
+        timer.start()
+
+    def _stop_on_worker(self, rec: _JobRecord, attempt: int, grace: float) -> None:
+        worker = rec.worker
+        if worker is None or rec.call is not None:
+            return
+        with contextlib.suppress(Exception):  # the worker may be gone; then so is the process
+            self.client.run(stop_attempt, rec.job_id, attempt, grace, workers=[worker])
+
+    def interrupt(self, rec: _JobRecord, intent: str, grace: float) -> None:
+        """Cancel the job, or preempt its running attempt (``intent``: "cancel" or "preempt")."""
+        with self._lock:
+            if rec.state.terminal or rec.intent == "cancel":
+                return
+            if intent == "preempt" and rec.state is not JobState.RUNNING:
+                return
+            rec.intent, rec.intent_grace = intent, grace
+            fut, running, attempt = rec.future, rec.state is JobState.RUNNING, rec.launched
+            if intent == "cancel" and (not running or rec.call is not None):
+                # not started yet (or a callable, which cannot be stopped): done now
+                self._finish(rec, JobState.CANCELLED, "cancelled", None)
+            elif intent == "preempt" and rec.call is not None:
+                rec.preemptions += 1
+                rec.intent = None
+                rec.state = JobState.PENDING
+                rec.reason = f"attempt {attempt} was preempted; restarting"
+                self.launch_next(rec)
+        if fut is not None and (not running or rec.call is not None):
+            fut.cancel()
+        if running and rec.call is None:
+            self._stop_on_worker(rec, attempt, grace)
+        elif not running and rec.call is None:
+            # the task may be starting right now: make sure its process dies too
+            self._actions.submit(self._stop_everywhere, rec.job_id, attempt, grace)
+
+    def _stop_everywhere(self, job_id: str, attempt: int, grace: float) -> None:
+        with contextlib.suppress(Exception):
+            self.client.run(stop_attempt, job_id, attempt, grace)
+
+    def close(self) -> None:
+        """Cancel the timers, let pending stop requests go out, stop listening to the workers."""
+        for timer in list(self._timers):
+            timer.cancel()
+        self._actions.shutdown(wait=True)
+        with contextlib.suppress(Exception):
+            self.client.unsubscribe_topic(self._started_topic)
+
+
 class DaskLauncher(ComputeDriver):
     """Jobs as tasks on a Dask cluster."""
 
     scheme = "dask"
-    capabilities = ComputeCapabilities(
-        containers=False,
-        gpus=False,
-        logs=True,
-        cancel=True,
-        checkpoints=True,
-        preempt=True,
-        timeouts=True,
-        retries=True,
-        idempotent_submit=True,
-        detached=False,
-    )
+    # the defaults (logs, cancel, checkpoints, timeouts, retries, idempotent submit) and preempt;
+    # not detached: the jobs belong to this launcher's client
+    capabilities = ComputeCapabilities(preempt=True, detached=False)
 
     def __init__(self, client: Client, *, cluster: LocalCluster | None = None, grace: float = 10.0) -> None:
         self.client = client
@@ -314,14 +388,10 @@ class DaskLauncher(ComputeDriver):
         self.grace = grace
         self.endpoint = f"dask://{client.scheduler.address}" if client.scheduler else "dask://"
         self._lock = threading.RLock()
-        self._jobs: dict[str, _Record] = {}
-        self._by_key: dict[str, str] = {}
-        self._topic = f"portable-jobs-{uuid.uuid4().hex[:16]}"
-        self._actions = ThreadPoolExecutor(1, thread_name_prefix="portable-dask")
-        self._timers: set[threading.Timer] = set()
-        self._tasks: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = weakref.WeakKeyDictionary()
+        self._jobs: dict[str, _JobRecord] = {}
+        self._job_id_by_key: dict[str, str] = {}
         self._closed = False
-        client.subscribe_topic(self._topic, self._on_event)
+        self._attempts = _Attempts(client, grace, self._lock, self._jobs)
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> DaskLauncher:
@@ -334,16 +404,7 @@ class DaskLauncher(ComputeDriver):
             url.done()
             if workers < 1 or threads < 1:
                 raise InvalidURL(f"workers and threads must be >= 1 in {url}")
-            cluster = LocalCluster(
-                n_workers=workers,
-                threads_per_worker=threads,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address=None,
-                # no dashboard; the scheduler's health endpoint on a free loopback port, not :8787
-                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                silence_logs=logging.ERROR,
-            )
+            cluster = local_cluster(workers, threads)
             try:
                 client = Client(cluster, set_as_default=False)
             except BaseException:
@@ -384,12 +445,12 @@ class DaskLauncher(ComputeDriver):
         """Submit a Python callable as a job (``spec.command`` only names it)."""
         return self._submit(spec, (fn, args, kwargs))
 
-    def _submit(self, spec: JobSpec, call: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]] | None) -> JobStatus:
+    def _submit(self, spec: JobSpec, call: _Call | None) -> JobStatus:
         fingerprint = spec.fingerprint()
         with self._lock:
             key = spec.idempotency_key
-            if key is not None and key in self._by_key:
-                existing = self._jobs[self._by_key[key]]
+            if key is not None and key in self._job_id_by_key:
+                existing = self._jobs[self._job_id_by_key[key]]
                 if existing.fingerprint != fingerprint:
                     raise IdempotencyConflict(
                         f"idempotency key {key!r} was used for job {existing.job_id} with a different spec; "
@@ -397,169 +458,15 @@ class DaskLauncher(ComputeDriver):
                         provider=self.scheme,
                     )
                 return existing.status()
-            rec = _Record(f"portable-{uuid.uuid4().hex[:24]}", spec, fingerprint, call)
+            rec = _JobRecord(f"portable-{uuid.uuid4().hex[:24]}", spec, fingerprint, call)
             self._jobs[rec.job_id] = rec
             if key is not None:
-                self._by_key[key] = rec.job_id
-            self._launch(rec)
+                self._job_id_by_key[key] = rec.job_id
+            self._attempts.launch_next(rec)
             return rec.status()
 
-    def _launch(self, rec: _Record) -> None:
-        """Submit the next attempt (under the lock)."""
-        rec.launched += 1
-        attempt = rec.launched
-        spec = rec.spec
-        task_key = f"{rec.job_id}-{attempt}"
-        if rec.call is not None:
-            fn, args, kwargs = rec.call
-            try:
-                task = self._tasks.get(fn)
-            except TypeError:  # not weakly referenceable (a builtin): no cache
-                task = None
-            if task is None:
-                # one task function per callable, so that Dask pickles it once, not per job
-                task = functools.partial(_run_callable, fn)
-                with contextlib.suppress(TypeError):
-                    self._tasks[fn] = task
-            fut = self.client.submit(task, rec.job_id, attempt, self._topic, args, kwargs, key=task_key, pure=False)
-        else:
-            env = dict(spec.env)
-            env.update(
-                PORTABLE_JOB_ID=rec.job_id, PORTABLE_JOB_NAME=spec.name, PORTABLE_JOB_ATTEMPT=str(attempt)
-            )
-            if spec.checkpoint_url:
-                env["PORTABLE_CHECKPOINT_URL"] = spec.checkpoint_url
-            fut = self.client.submit(
-                _run_command,
-                rec.job_id,
-                attempt,
-                list(spec.command),
-                env,
-                spec.workdir,
-                spec.timeout,
-                self.grace,
-                self._topic,
-                key=task_key,
-                pure=False,
-            )
-        rec.future = fut
-        fut.add_done_callback(lambda f, r=rec, a=attempt: self._on_done(r, a, f))
-
-    # -- events from workers and futures ------------------------------------------------
-    def _on_event(self, event: tuple[float, Any]) -> None:
-        """Runs on the client's event loop: keep it short, never block."""
-        msg = event[1]
-        if not isinstance(msg, dict):
-            return
-        with self._lock:
-            rec = self._jobs.get(msg.get("job", ""))
-            attempt = int(msg.get("attempt", 0))
-            if rec is None or attempt != rec.launched or rec.state.terminal:
-                return
-            if msg.get("event") != "started" or rec.state is JobState.RUNNING:
-                return
-            rec.attempts = max(rec.attempts, attempt)
-            rec.worker = msg.get("worker")
-            rec.running_attempt = attempt
-            rec.started = rec.started or time.time()
-            rec.state = JobState.RUNNING
-            rec.reason = None
-            if rec.intent is not None:
-                self._actions.submit(self._stop_on_worker, rec, attempt, rec.intent_grace)
-            elif rec.call is not None and rec.spec.timeout is not None:
-                self._start_timer(rec, attempt, rec.spec.timeout)
-
-    def _on_done(self, rec: _Record, attempt: int, fut: Future[Any]) -> None:
-        """Runs in Dask's callback thread once an attempt's future is done."""
-        outcome: dict[str, Any] | None = None
-        error: BaseException | None = None
-        status = fut.status
-        if status == "finished":
-            # a command's success, or a callable's value, which stays on the cluster until result() asks
-            outcome = {"exit_code": 0, "timed_out": False}
-        elif status == "error":
-            try:
-                error = fut.exception(timeout=30)
-            except Exception as exc:
-                error = exc
-            if isinstance(error, AttemptFailed) and rec.call is None:
-                outcome, error = error.args[0], None
-        with self._lock:
-            if attempt != rec.launched or rec.state.terminal:
-                return
-            rec.future = None
-            rec.attempts = max(rec.attempts, attempt) if (outcome or error) else rec.attempts
-            intent = rec.intent
-            if intent == "preempt":
-                rec.preemptions += 1
-                rec.intent = None
-                rec.state = JobState.PENDING
-                rec.exit_code = None if outcome is None else outcome.get("exit_code")
-                rec.reason = f"attempt {attempt} was preempted; restarting"
-                self._launch(rec)
-                return
-            if intent == "cancel" or status == "cancelled":
-                code = None if outcome is None else outcome.get("exit_code")
-                self._end(rec, JobState.CANCELLED, "cancelled" if intent == "cancel" else "cancelled by Dask", code)
-                return
-            if outcome is not None and outcome.get("timed_out"):
-                self._end(rec, JobState.FAILED, f"timed out after {rec.spec.timeout:g}s (attempt {attempt})", outcome.get("exit_code"))
-                return
-            if outcome is not None and outcome.get("error"):
-                self._end(rec, JobState.FAILED, str(outcome["error"]), None)
-                return
-            if outcome is not None and outcome.get("exit_code") == 0:
-                rec.result = fut if rec.call is not None else None
-                self._end(rec, JobState.SUCCEEDED, None, 0)
-                return
-            if outcome is not None:
-                code = outcome.get("exit_code")
-                why = f"exit code {code}" if code is not None and code >= 0 else f"killed by signal {-(code or 0)}"
-            else:
-                code = None
-                why = f"{type(error).__name__}: {error}" if error is not None else f"the task ended {status}"
-            rec.failures += 1
-            rec.exit_code = code
-            if rec.failures <= rec.spec.retries:
-                rec.state = JobState.PENDING
-                rec.reason = f"attempt {attempt} failed ({why}); retry {rec.failures} of {rec.spec.retries}"
-                self._launch(rec)
-            else:
-                self._end(rec, JobState.FAILED, why, code)
-
-    def _end(self, rec: _Record, state: JobState, reason: str | None, code: int | None) -> None:
-        rec.state, rec.reason, rec.exit_code = state, reason, code
-        rec.finished = time.time()
-        rec.future = None
-        rec.done.set()
-
-    def _start_timer(self, rec: _Record, attempt: int, seconds: float) -> None:
-        def expire() -> None:
-            with self._lock:
-                self._timers.discard(timer)
-                if attempt != rec.launched or rec.state.terminal:
-                    return
-                fut = rec.future
-                self._end(
-                    rec, JobState.FAILED, f"timed out after {seconds:g}s (attempt {attempt}); the call runs on in its thread", None
-                )
-            if fut is not None:
-                fut.cancel()
-
-        timer = threading.Timer(seconds, expire)
-        timer.daemon = True
-        self._timers.add(timer)
-        timer.start()
-
-    def _stop_on_worker(self, rec: _Record, attempt: int, grace: float) -> None:
-        worker = rec.worker
-        if worker is None or rec.call is not None:
-            return
-        with contextlib.suppress(Exception):  # the worker may be gone; then so is the process
-            self.client.run(_stop_attempt, rec.job_id, attempt, grace, workers=[worker])
-
     # -- the protocol ---------------------------------------------------------
-    def _record(self, job_id: str) -> _Record:
+    def _record(self, job_id: str) -> _JobRecord:
         rec = self._jobs.get(job_id)
         if rec is None:
             raise NotFound(f"no job {job_id!r} in this Dask launcher", provider=self.scheme)
@@ -576,40 +483,10 @@ class DaskLauncher(ComputeDriver):
             return rec.status()
 
     def terminate(self, job_id: str, reason: str) -> None:
-        self._interrupt(job_id, "cancel", self.grace)
+        self._attempts.interrupt(self._record(job_id), "cancel", self.grace)
 
     def preempt(self, job_id: str, grace: float | None) -> None:
-        self._interrupt(job_id, "preempt", self.grace if grace is None else grace)
-
-    def _interrupt(self, job_id: str, intent: str, grace: float) -> None:
-        with self._lock:
-            rec = self._record(job_id)
-            if rec.state.terminal or rec.intent == "cancel":
-                return
-            if intent == "preempt" and rec.state is not JobState.RUNNING:
-                return
-            rec.intent, rec.intent_grace = intent, grace
-            fut, running, attempt = rec.future, rec.state is JobState.RUNNING, rec.launched
-            if intent == "cancel" and (not running or rec.call is not None):
-                # not started yet (or a callable, which cannot be stopped): done now
-                self._end(rec, JobState.CANCELLED, "cancelled", None)
-            elif intent == "preempt" and rec.call is not None:
-                rec.preemptions += 1
-                rec.intent = None
-                rec.state = JobState.PENDING
-                rec.reason = f"attempt {attempt} was preempted; restarting"
-                self._launch(rec)
-        if fut is not None and (not running or rec.call is not None):
-            fut.cancel()
-        if running and rec.call is None:
-            self._stop_on_worker(rec, attempt, grace)
-        elif not running and rec.call is None:
-            # the task may be starting right now: make sure its process dies too
-            self._actions.submit(self._stop_everywhere, rec.job_id, attempt, grace)
-
-    def _stop_everywhere(self, job_id: str, attempt: int, grace: float) -> None:
-        with contextlib.suppress(Exception):
-            self.client.run(_stop_attempt, job_id, attempt, grace)
+        self._attempts.interrupt(self._record(job_id), "preempt", self.grace if grace is None else grace)
 
     def list_jobs(self, labels: Mapping[str, str]) -> Iterator[JobStatus]:
         with self._lock:
@@ -625,9 +502,9 @@ class DaskLauncher(ComputeDriver):
         rec = self._record(job_id)
         if rec.call is not None:
             return iter([] if rec.state is not JobState.FAILED else [rec.reason or ""])
-        return self._lines(rec, follow)
+        return self._log_lines(rec, follow)
 
-    def _lines(self, rec: _Record, follow: bool) -> Iterator[str]:
+    def _log_lines(self, rec: _JobRecord, follow: bool) -> Iterator[str]:
         topic = f"portable-log-{rec.job_id}"
         seen = 0
         current: int | None = None
@@ -669,11 +546,7 @@ class DaskLauncher(ComputeDriver):
         if self._closed:
             return
         self._closed = True
-        for timer in list(self._timers):
-            timer.cancel()
-        self._actions.shutdown(wait=True)
-        with contextlib.suppress(Exception):
-            self.client.unsubscribe_topic(self._topic)
+        self._attempts.close()
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
@@ -704,17 +577,12 @@ def submit_callable(
         raise Unsupported(f"submit_callable needs a dask:// launcher, not {launcher.provider}://")
     label = name or getattr(fn, "__name__", "call").strip("_<>") or "call"
     label = "".join(c if c.isalnum() or c in "-_" else "-" for c in label)[:128] or "call"
-    spec = normalise_spec(
-        JobSpec(
-            command=[f"python:{getattr(fn, '__qualname__', 'callable')}"],
-            name=label if label[0].isalnum() else f"call{label}"[:128],
-            labels=dict(labels or {}),
-            retries=retries,
-            timeout=timeout,
-            idempotency_key=idempotency_key,
-        ),
-        driver.capabilities,
+    spec = JobSpec(
+        command=[f"python:{getattr(fn, '__qualname__', 'callable')}"],
+        name=label if label[0].isalnum() else f"call{label}"[:128],
+        labels=dict(labels or {}),
+        retries=retries,
+        timeout=timeout,
+        idempotency_key=idempotency_key,
     )
-    guard = launcher._guard if idempotency_key is not None else launcher._once
-    status = guard.call("submit", f"submit {spec.name}", driver.submit_call, spec, fn, args, kwargs)
-    return Job(launcher, status.job_id)
+    return launcher.submit_with(spec, lambda clean: driver.submit_call(clean, fn, args, kwargs))

@@ -6,7 +6,6 @@ and shadow the real one.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 pytest.importorskip("distributed", reason="portable-dask is not installed")
 
 from distributed import LocalCluster
-from portable_dask import DaskLauncher, submit_callable
+from portable_dask import DaskLauncher, local_cluster, submit_callable
 
 from portable.compute import JobSpec, JobState, open_launcher
 from portable.errors import InvalidURL, Unsupported
@@ -27,16 +26,7 @@ from portable.testing.compute_suite import ComputeContract, poll_until
 @pytest.fixture(scope="module")
 def scheduler() -> Iterator[str]:
     """A LocalCluster of two single-threaded worker processes on 127.0.0.1; its address."""
-    cluster = LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        # no dashboard; the scheduler's health endpoint on a free loopback port, not :8787
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-        silence_logs=logging.ERROR,
-    )
+    cluster = local_cluster(workers=2, threads=1)
     try:
         yield cluster.scheduler_address
     finally:
