@@ -95,8 +95,22 @@ def test_bad_urls_are_refused() -> None:
 
 
 def test_a_redis_url_without_the_distribution_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import portable.idempotency as idem
+    import importlib.metadata
+    import sys
 
-    monkeypatch.setattr(idem, "entry_points", lambda group: [])
-    with pytest.raises(MissingDependency, match=r"portable\[redis\]"):
-        open_store("redis://127.0.0.1:6379/0")
+    installed = importlib.metadata.entry_points
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points",
+        lambda group: [] if group == "portable.idempotency" else installed(group=group),
+    )
+    monkeypatch.setitem(sys.modules, "portable_redis", None)  # as if portable-cloud-redis were not installed
+    monkeypatch.setitem(sys.modules, "portable_redis.store", None)
+    for scheme in ("redis", "rediss", "unix"):
+        with pytest.raises(MissingDependency, match=rf"{scheme}:// needs the redis adapter: pip install 'portable-cloud\[redis\]'"):
+            open_store(f"{scheme}://127.0.0.1:6379/0")
+
+
+def test_unix_socket_urls_open_the_redis_store(tmp_path: object) -> None:
+    store = open_store(f"unix://{tmp_path}/redis.sock?db=0&prefix=p:")
+    assert isinstance(store, RedisStore) and store.prefix == "p:"
+    store.close()
