@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from .driver.redaction import redact
+from .driver.redaction import is_secret_option, redact
 from .errors import InvalidURL, MissingDependency, UnknownScheme
 
 __all__ = [
@@ -184,7 +184,7 @@ class ParsedURL:
                 raise ValueError(value)
             return kind(value)  # type: ignore[call-arg]
         except (TypeError, ValueError):
-            shown = "***" if _looks_secret(name) else repr(value)
+            shown = "***" if is_secret_option(name) else repr(value)
             raise InvalidURL(
                 f"option {name}={shown} in {self} must be a {kind.__name__}"
             ) from None
@@ -215,12 +215,6 @@ class ParsedURL:
         query = urlencode(options, quote_via=quote, safe="/:,@")
         base = self.raw.split("?", 1)[0]
         return parse_url(f"{base}?{query}" if query else base)
-
-
-def _looks_secret(name: str) -> bool:
-    from .driver.redaction import is_secret_option
-
-    return is_secret_option(name)
 
 
 def parse_url(url: str | ParsedURL) -> ParsedURL:

@@ -11,9 +11,12 @@ Options (taken off the URL before the bucket sees it):
     ``max_result_bytes`` (int): the largest stored result. Defaults to 64 KiB.
 
 How: each key is one small JSON object under ``<prefix><h[:2]>/<h>`` where
-``h`` is a 128-bit hash of the key. A claim is a create-only write
-(``if_none_match="*"``); every later change (complete, release, take-over of
-an expired lease) is a compare-and-swap on the etag (``if_match``). Both
+``h`` is a 128-bit hash of the key, holding an
+:class:`~portable.driver.idempotency.IdempotencyRecord` (``result`` in
+base64). A claim is a create-only write (``if_none_match="*"``); every later
+change (complete, release, take-over of an expired lease) is a
+compare-and-swap on the etag (``if_match``): the protocol of
+:class:`~portable.driver.idempotency.CompareAndSwapStore`. Both conditions
 are enforced by S3, GCS, Azure Blob, the file and the memory drivers, so no
 other database is needed. A provider without conditional writes is refused
 with :class:`~portable.errors.MissingCapability` when the store is made.

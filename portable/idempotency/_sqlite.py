@@ -10,7 +10,9 @@ Options:
 
 Guarantees: every claim, completion and release is one SQLite transaction
 (``BEGIN IMMEDIATE`` in WAL mode), so processes of one machine sharing the
-file see one owner per key. Not for network file systems, where SQLite's
+file see one owner per key. A claim that meets a row reads it through
+:func:`~portable.driver.idempotency.claim_outcome`; the other changes are
+conditional statements with the same rules. Not for network file systems, where SQLite's
 locks do not hold.
 """
 

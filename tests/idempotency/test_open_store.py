@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import subprocess
 import sys
 import uuid
@@ -16,6 +15,8 @@ from portable.idempotency import BucketStore, MemoryStore, SqliteStore, open_sto
 from portable.resilience import ResiliencePolicy, RetryPolicy
 from portable.testing.chaos import chaos_of
 from portable.urls import parse_url
+
+from .conftest import uninstall_stores
 
 
 def _policy(attempts: int) -> ResiliencePolicy:
@@ -48,13 +49,7 @@ def test_a_bucket_scheme_may_be_the_closest_match() -> None:
 
 
 def test_a_store_of_a_missing_distribution_names_the_pip_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    installed = importlib.metadata.entry_points
-    monkeypatch.setattr(
-        importlib.metadata, "entry_points",
-        lambda group: [] if group == "portable.idempotency" else installed(group=group),
-    )
-    for module in ("portable_redis", "portable_redis.store", "portable_aws", "portable_aws.dynamodb"):
-        monkeypatch.setitem(sys.modules, module, None)  # as if the distribution were not installed
+    uninstall_stores(monkeypatch, "portable_redis", "portable_redis.store", "portable_aws", "portable_aws.dynamodb")
     with pytest.raises(MissingDependency, match=r"^redis:// needs the redis adapter: pip install 'portable-cloud\[redis\]'$"):
         open_store("redis://127.0.0.1:6379/0")
     with pytest.raises(MissingDependency, match=r"pip install 'portable-cloud\[aws\]'"):

@@ -18,6 +18,7 @@ from portable_redis import RedisStore
 from portable.errors import IdempotencyConflict, InvalidURL, MissingDependency, Unavailable
 from portable.idempotency import Claim, fingerprint, open_store, run_once
 from portable.urls import parse_url
+from tests.idempotency.conftest import uninstall_stores
 
 
 @pytest.fixture
@@ -95,16 +96,7 @@ def test_bad_urls_are_refused() -> None:
 
 
 def test_a_redis_url_without_the_distribution_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.metadata
-    import sys
-
-    installed = importlib.metadata.entry_points
-    monkeypatch.setattr(
-        importlib.metadata, "entry_points",
-        lambda group: [] if group == "portable.idempotency" else installed(group=group),
-    )
-    monkeypatch.setitem(sys.modules, "portable_redis", None)  # as if portable-cloud-redis were not installed
-    monkeypatch.setitem(sys.modules, "portable_redis.store", None)
+    uninstall_stores(monkeypatch, "portable_redis", "portable_redis.store")
     for scheme in ("redis", "rediss", "unix"):
         with pytest.raises(MissingDependency, match=rf"{scheme}:// needs the redis adapter: pip install 'portable-cloud\[redis\]'"):
             open_store(f"{scheme}://127.0.0.1:6379/0")
