@@ -4,12 +4,16 @@ A provider is named by a URL: ``s3://bucket/prefix?region=eu-west-1``,
 ``sqlite://./queue.db?name=events``, ``local://?workers=4``. The scheme picks a
 driver from a lazy table of ``"module:attribute"`` strings (nothing is
 imported until a URL of that scheme is opened) and from the entry-point groups
-``portable.storage``, ``portable.messaging`` and ``portable.compute``, which
-third-party distributions use to add schemes.
+``portable.storage``, ``portable.messaging``, ``portable.compute`` and
+``portable.idempotency``, which third-party distributions use to add schemes.
 
 A wrapper scheme ``NAME+inner://...`` (``chaos+s3://bucket?error_rate=0.2``)
 hands the URL to the wrapper registered as ``NAME``, which opens the inner URL
 itself.
+
+An idempotency URL of a scheme that no idempotency store registers is a
+storage URL: it names the bucket that keeps the records
+(:class:`portable.idempotency.BucketStore`); :func:`serving_domain` says which.
 
 Errors:
     UnknownScheme: no driver provides the scheme; the message lists the known
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from .driver.redaction import redact
+from .driver.redaction import is_secret_option, redact
 from .errors import InvalidURL, MissingDependency, UnknownScheme
 
 __all__ = [
@@ -40,10 +44,11 @@ __all__ = [
     "load_driver_factory",
     "open_driver",
     "parse_url",
+    "serving_domain",
     "with_default_engine",
 ]
 
-Domain = Literal["storage", "messaging", "compute"]
+Domain = Literal["storage", "messaging", "compute", "idempotency"]
 T = TypeVar("T")
 
 #: scheme -> ("module:attribute", pip extra or None for the core)
@@ -70,6 +75,15 @@ _BUILTIN: dict[str, dict[str, tuple[str, str | None]]] = {
         "dask": ("portable_dask.launcher:DaskLauncher", "dask"),
         "dask+local": ("portable_dask.launcher:DaskLauncher", "dask"),
         "local": ("portable.embedded.localjobs:LocalLauncher", None),
+    },
+    "idempotency": {
+        "dynamodb": ("portable_aws.dynamodb:DynamoDBStore", "aws"),
+        "firestore": ("portable_gcp.firestore:FirestoreIdempotencyStore", "gcp"),
+        "mem": ("portable.idempotency:MemoryStore", None),
+        "redis": ("portable_redis.store:RedisStore", "redis"),
+        "rediss": ("portable_redis.store:RedisStore", "redis"),
+        "sqlite": ("portable.idempotency:SqliteStore", None),
+        "unix": ("portable_redis.store:RedisStore", "redis"),
     },
 }
 
@@ -104,12 +118,27 @@ _STORAGE_ENGINES: dict[str, dict[str, tuple[str, str]]] = {
 
 #: wrapper name -> "module:attribute" of ``open(domain, url) -> driver``
 _WRAPPERS: dict[str, str] = {"chaos": "portable.testing.chaos:open_chaos"}
+#: the domains whose URLs may name a wrapper (an idempotency ``chaos+mem://`` is a chaos bucket)
+_WRAPPED_DOMAINS: frozenset[str] = frozenset(("storage", "messaging", "compute"))
 
 _GROUPS: dict[str, str] = {
     "storage": "portable.storage",
     "messaging": "portable.messaging",
     "compute": "portable.compute",
+    "idempotency": "portable.idempotency",
 }
+
+#: what a domain calls the thing a scheme opens, for error messages
+_NOUNS: dict[str, str] = {
+    "storage": "storage driver",
+    "messaging": "messaging driver",
+    "compute": "compute driver",
+    "idempotency": "idempotency store",
+}
+
+#: A domain whose other URLs are another domain's: an idempotency URL of any
+#: storage scheme names the bucket that keeps the records.
+_FALLBACK: dict[str, Domain] = {"idempotency": "storage"}
 
 
 @dataclass(frozen=True)
@@ -155,7 +184,7 @@ class ParsedURL:
                 raise ValueError(value)
             return kind(value)  # type: ignore[call-arg]
         except (TypeError, ValueError):
-            shown = "***" if _looks_secret(name) else repr(value)
+            shown = "***" if is_secret_option(name) else repr(value)
             raise InvalidURL(
                 f"option {name}={shown} in {self} must be a {kind.__name__}"
             ) from None
@@ -186,12 +215,6 @@ class ParsedURL:
         query = urlencode(options, quote_via=quote, safe="/:,@")
         base = self.raw.split("?", 1)[0]
         return parse_url(f"{base}?{query}" if query else base)
-
-
-def _looks_secret(name: str) -> bool:
-    from .driver.redaction import is_secret_option
-
-    return is_secret_option(name)
 
 
 def parse_url(url: str | ParsedURL) -> ParsedURL:
@@ -228,7 +251,7 @@ def _entry_point_table(domain: str) -> dict[str, Any]:
 
 
 def known_schemes(domain: Domain) -> list[str]:
-    """Every scheme of ``domain``: built-in, installed through entry points, and wrappers."""
+    """Every scheme of ``domain``, sorted: built-in and installed through entry points."""
     names = set(_BUILTIN[domain]) | set(_entry_point_table(domain))
     return sorted(names)
 
@@ -241,9 +264,57 @@ def _import(target: str, scheme: str, extra: str | None) -> Any:
         if extra is None or not (exc.name or "").split(".")[0] == module_name.split(".")[0]:
             raise
         raise MissingDependency(
-            f"{scheme}:// needs the {extra} adapter: pip install 'portable[{extra}]'"
+            f"{scheme}:// needs the {extra} adapter: pip install 'portable-cloud[{extra}]'"
         ) from exc
     return getattr(module, attr)
+
+
+def _wrapper(domain: str, scheme: str) -> str | None:
+    """The wrapper's ``"module:attribute"`` when ``scheme`` is ``NAME+inner`` in a domain that has wrappers."""
+    head, plus, _inner = scheme.partition("+")
+    if plus and head in _WRAPPERS and domain in _WRAPPED_DOMAINS and scheme not in _BUILTIN[domain]:
+        return _WRAPPERS[head]
+    return None
+
+
+def _provides(domain: Domain, scheme: str) -> bool:
+    return scheme in _BUILTIN[domain] or scheme in _entry_point_table(domain) or _wrapper(domain, scheme) is not None
+
+
+def _unknown(domain: Domain, scheme: str) -> UnknownScheme:
+    """No driver of ``domain`` (or of the domain it falls back to) provides ``scheme``."""
+    known = known_schemes(domain)
+    listed = ", ".join(f"{s}://" for s in known)
+    candidates = list(known)
+    fallback = _FALLBACK.get(domain)
+    if fallback is not None:
+        also = known_schemes(fallback)
+        candidates += also
+        listed += f"; or any {fallback} URL: " + ", ".join(f"{s}://" for s in also)
+    close = difflib.get_close_matches(scheme, candidates, n=1, cutoff=0.5)
+    hint = f" Did you mean {close[0]}://?" if close else ""
+    return UnknownScheme(f"no {_NOUNS[domain]} for {scheme}://.{hint} Known: {listed}")
+
+
+def serving_domain(domain: Domain, scheme: str) -> Domain:
+    """The domain whose registry serves ``scheme`` in a URL of ``domain``.
+
+    That is ``domain`` itself when one of its drivers (built-in, entry point
+    or wrapper) has the scheme; else the domain it falls back to, when that
+    one has it: an idempotency URL of a storage scheme (``file://``, ``s3://``,
+    ``chaos+mem://``) names the bucket that keeps the records.
+
+    Raises:
+        UnknownScheme: no driver of either has the scheme; the message lists
+            the known schemes and the closest match.
+    """
+    scheme = scheme.lower()
+    if _provides(domain, scheme):
+        return domain
+    fallback = _FALLBACK.get(domain)
+    if fallback is not None and _provides(fallback, scheme):
+        return fallback
+    raise _unknown(domain, scheme)
 
 
 def load_driver_factory(domain: Domain, scheme: str) -> Any:
@@ -252,6 +323,12 @@ def load_driver_factory(domain: Domain, scheme: str) -> Any:
     Entry points win over the built-in table, so a distribution can replace a
     built-in driver. A wrapper scheme (``chaos+s3``) returns the wrapper's
     ``open(domain, url)`` function.
+
+    Raises:
+        UnknownScheme: no driver of ``domain`` has the scheme; the message
+            lists the known schemes and the closest match.
+        MissingDependency: a built-in scheme whose distribution is not
+            installed; the message names the pip extra.
     """
     scheme = scheme.lower()
     eps = _entry_point_table(domain)
@@ -260,16 +337,10 @@ def load_driver_factory(domain: Domain, scheme: str) -> Any:
     if scheme in _BUILTIN[domain]:
         target, extra = _BUILTIN[domain][scheme]
         return _import(target, scheme, extra)
-    head, plus, _inner = scheme.partition("+")
-    if plus and head in _WRAPPERS:
-        return _import(_WRAPPERS[head], head, None)
-    known = known_schemes(domain)
-    close = difflib.get_close_matches(scheme, known, n=1, cutoff=0.5)
-    hint = f" Did you mean {close[0]}://?" if close else ""
-    raise UnknownScheme(
-        f"no {domain} driver for {scheme}://.{hint} Known: "
-        + ", ".join(f"{s}://" for s in known)
-    )
+    wrapper = _wrapper(domain, scheme)
+    if wrapper is not None:
+        return _import(wrapper, scheme.partition("+")[0], None)
+    raise _unknown(domain, scheme)
 
 
 def _installed(target: str) -> bool:
@@ -312,9 +383,9 @@ def open_driver(domain: Domain, url: str | ParsedURL) -> Any:
     """
     parsed = parse_url(url)
     scheme = parsed.scheme
-    head, plus, _ = scheme.partition("+")
-    if plus and head in _WRAPPERS and scheme not in _BUILTIN[domain]:
-        return _import(_WRAPPERS[head], head, None)(domain, parsed)
+    wrapper = _wrapper(domain, scheme)
+    if wrapper is not None:
+        return _import(wrapper, scheme.partition("+")[0], None)(domain, parsed)
     if domain == "storage" and scheme in _STORAGE_ENGINES:
         engine, parsed = storage_engine(parsed)
         assert engine is not None
@@ -329,8 +400,7 @@ def driver_class(domain: Domain, url: str | ParsedURL) -> Any:
     Returns None for wrapper schemes, whose class depends on the inner URL.
     """
     parsed = parse_url(url)
-    head, plus, _ = parsed.scheme.partition("+")
-    if plus and head in _WRAPPERS and parsed.scheme not in _BUILTIN[domain]:
+    if _wrapper(domain, parsed.scheme) is not None:
         return None
     if domain == "storage" and parsed.scheme in _STORAGE_ENGINES:
         engine, _rest = storage_engine(parsed)

@@ -54,6 +54,46 @@ def test_known_schemes_are_sorted_and_include_builtins():
     assert {"mem", "file", "s3", "gs", "az"} <= set(names)
     assert {"mem", "sqlite", "sqs", "pubsub", "kafka", "azqueue"} <= set(known_schemes("messaging"))
     assert {"local", "batch", "dask"} <= set(known_schemes("compute"))
+    assert {"mem", "sqlite", "redis", "rediss", "unix", "dynamodb", "firestore"} <= set(known_schemes("idempotency"))
+
+
+def test_an_idempotency_url_of_a_storage_scheme_is_served_by_storage():
+    from portable.urls import serving_domain
+
+    assert serving_domain("idempotency", "mem") == "idempotency"  # the in-process store, not a bucket
+    assert serving_domain("idempotency", "sqlite") == "idempotency"
+    assert serving_domain("idempotency", "file") == "storage"
+    assert serving_domain("idempotency", "S3") == "storage"
+    assert serving_domain("idempotency", "chaos+mem") == "storage"  # a chaos bucket
+    assert serving_domain("storage", "chaos+mem") == "storage"
+    assert serving_domain("storage", "file") == "storage"
+    with pytest.raises(UnknownScheme, match="no storage driver for sqlite://"):
+        serving_domain("storage", "sqlite")  # storage falls back to nothing
+
+
+def test_an_unknown_idempotency_scheme_lists_stores_and_buckets_and_suggests_the_closest():
+    from portable.urls import serving_domain
+
+    with pytest.raises(UnknownScheme) as info:
+        serving_domain("idempotency", "reddis")
+    msg = str(info.value)
+    assert msg.startswith("no idempotency store for reddis://. Did you mean redis://?")
+    assert "sqlite://" in msg and "or any storage URL: " in msg and "s3://" in msg
+    with pytest.raises(UnknownScheme, match=r"Did you mean s3://\?"):
+        serving_domain("idempotency", "s4")  # the closest may be a bucket scheme
+
+
+def test_a_missing_idempotency_store_names_the_pip_extra(monkeypatch):
+    import portable.urls as urls
+
+    monkeypatch.setitem(urls._BUILTIN["idempotency"], "nosuch", ("portable_nosuch.x:Store", "nosuch"))
+    with pytest.raises(MissingDependency, match=r"nosuch:// needs the nosuch adapter: pip install 'portable-cloud\[nosuch\]'"):
+        load_driver_factory("idempotency", "nosuch")
+
+
+def test_idempotency_urls_name_no_wrapper():
+    with pytest.raises(UnknownScheme, match="no idempotency store for chaos\\+mem://"):
+        load_driver_factory("idempotency", "chaos+mem")
 
 
 def test_builtin_factories_load_lazily():
@@ -66,7 +106,7 @@ def test_a_missing_adapter_names_the_pip_extra(monkeypatch):
     import portable.urls as urls
 
     monkeypatch.setitem(urls._BUILTIN["storage"], "nosuch", ("portable_nosuch.x:Driver", "nosuch"))
-    with pytest.raises(MissingDependency, match=r"pip install 'portable\[nosuch\]'"):
+    with pytest.raises(MissingDependency, match=r"pip install 'portable-cloud\[nosuch\]'"):
         load_driver_factory("storage", "nosuch")
 
 

@@ -1,7 +1,36 @@
-"""The shared core of :mod:`portable.idempotency`: the protocol, claims, fingerprints.
+"""What an idempotency store is made of: the public helpers for writing one.
 
-Application code imports these from :mod:`portable.idempotency`; the stores
-(``_idempotency_sqlite``, ``_idempotency_bucket``, ``portable_redis``) build on them.
+Application code uses :mod:`portable.idempotency` (``run_once``,
+``@idempotent``, ``open_store``), which re-exports the protocol, the claim
+and the fingerprint from here. This module is for those who *implement* a
+store: the stores of :mod:`portable.idempotency` (memory, sqlite, bucket),
+``portable_gcp.firestore``, ``portable_aws.dynamodb`` and ``portable_redis``
+build on it, and a third-party store should too, so that every store keeps
+the same rules and says the same thing when a rule is broken.
+
+What is here:
+
+* the protocol: :class:`IdempotencyStore`, :class:`Claim`, :data:`ClaimStatus`,
+  and the defaults :data:`DEFAULT_LEASE`, :data:`DEFAULT_TTL`,
+  :data:`DEFAULT_MAX_RESULT_BYTES`;
+* the checks every store makes before a request: :func:`check_claim_args`,
+  :func:`check_result`; and the errors it raises when a rule is broken:
+  :func:`conflict_error` (a key reused for another payload) and
+  :func:`lost_error` (a claim whose lease was lost);
+* :func:`fingerprint` and :func:`new_token`;
+* the record: :class:`IdempotencyRecord` (its fields, as the bucket and
+  Firestore stores keep them), :func:`new_record` and the changes
+  :func:`completed_record`, :func:`released_record`, :func:`extended_record`;
+  and the two rules every store applies to a record it finds:
+  :func:`claim_outcome` (what a claim meets) and :func:`change_needed`
+  (whether a complete, release or extend still applies);
+* :class:`CompareAndSwapStore`: the whole protocol over a store of one
+  document per key that can create a document only if it is absent and
+  replace one only if it did not change (a bucket, Firestore). A subclass
+  says where a key's document is and how to read and write it.
+
+A store with its own atomic primitive applies the same rules in it: SQLite in
+one transaction, DynamoDB in condition expressions, Redis in Lua scripts.
 """
 
 from __future__ import annotations
@@ -12,14 +41,27 @@ import decimal
 import enum
 import hashlib
 import json
+import time
 import uuid
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Generic,
+    Literal,
+    Protocol,
+    TypedDict,
+    TypeGuard,
+    TypeVar,
+    runtime_checkable,
+)
 from urllib.parse import unquote
 
-from ..errors import IdempotencyConflict, InvalidArgument, PreconditionFailed, TooLarge
+from ..errors import IdempotencyConflict, Internal, InvalidArgument, PreconditionFailed, TooLarge
 
 if TYPE_CHECKING:
     from ..urls import ParsedURL
@@ -27,18 +69,33 @@ if TYPE_CHECKING:
 _sha256 = hashlib.sha256
 
 __all__ = [
+    "COMPLETED",
     "Claim",
     "ClaimStatus",
+    "CompareAndSwapStore",
     "DEFAULT_LEASE",
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TTL",
+    "IN_PROGRESS",
+    "IdempotencyRecord",
     "IdempotencyStore",
+    "MAX_CAS_ROUNDS",
+    "RELEASED",
+    "RecordState",
+    "change_needed",
     "check_claim_args",
     "check_result",
+    "claim_outcome",
+    "completed_record",
     "conflict_error",
+    "contended_error",
+    "extended_record",
     "fingerprint",
     "lost_error",
+    "new_record",
     "new_token",
+    "read_record",
+    "released_record",
     "without_options",
 ]
 
@@ -48,6 +105,8 @@ DEFAULT_LEASE = 60.0
 DEFAULT_TTL = 24 * 3600.0
 #: The largest result a store keeps, in bytes.
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024
+#: Compare-and-swap rounds before a store gives up; each lost round means another writer made progress.
+MAX_CAS_ROUNDS = 64
 
 ClaimStatus = Literal["acquired", "completed", "in_progress"]
 
@@ -112,8 +171,9 @@ class IdempotencyStore(Protocol):
         ...
 
 
+# ---------------------------------------------------------------- tokens and fingerprints
 def new_token() -> str:
-    """A fresh claim token."""
+    """A fresh claim token: 32 hex digits, unique to one claim."""
     return uuid.uuid4().hex
 
 
@@ -171,7 +231,14 @@ def _canonical(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} has no canonical form")
 
 
+# ---------------------------------------------------------------- checks and errors
 def check_claim_args(key: object, fp: object, lease: float, ttl: float) -> None:
+    """Refuse a claim's bad arguments before any request.
+
+    Raises:
+        InvalidArgument: ``key`` is not a str of 1 to 1,024 characters, ``fp``
+            not a non-empty str, ``lease`` not > 0, or ``ttl`` below ``lease``.
+    """
     if type(key) is not str or not key:
         raise InvalidArgument(f"an idempotency key must be a non-empty str, got {key!r}")
     if len(key) > 1024:
@@ -185,6 +252,12 @@ def check_claim_args(key: object, fp: object, lease: float, ttl: float) -> None:
 
 
 def check_result(result: bytes | None, limit: int) -> None:
+    """Refuse a result a store will not keep, before any request.
+
+    Raises:
+        InvalidArgument: ``result`` is neither bytes nor None.
+        TooLarge: ``result`` is over ``limit`` bytes.
+    """
     if result is None:
         return
     if not isinstance(result, bytes):
@@ -197,6 +270,7 @@ def check_result(result: bytes | None, limit: int) -> None:
 
 
 def conflict_error(key: str) -> IdempotencyConflict:
+    """The error of a claim whose fingerprint differs from the record's (a key reused for another payload)."""
     return IdempotencyConflict(
         f"idempotency key {key[:200]!r} was used before with a different payload; "
         "use a new key for a new request"
@@ -204,17 +278,322 @@ def conflict_error(key: str) -> IdempotencyConflict:
 
 
 def lost_error(key: str) -> PreconditionFailed:
+    """The error of a complete, release or extend whose claim is no longer the key's current one."""
     return PreconditionFailed(
         f"the claim on idempotency key {key[:200]!r} was lost (its lease expired and another "
         "caller took it over, or the record expired)"
     )
 
 
+def contended_error(key: str, rounds: int = MAX_CAS_ROUNDS) -> Internal:
+    """The error of a change that lost ``rounds`` compare-and-swap rounds in a row to other writers."""
+    return Internal(
+        f"idempotency key {key[:200]!r}: gave up after {rounds} compare-and-swap rounds "
+        "lost to other writers"
+    )
+
+
+# ---------------------------------------------------------------- records
+RecordState = Literal["in_progress", "completed", "released"]
+#: The claimer holds the lease and runs the effect.
+IN_PROGRESS: Final = "in_progress"
+#: The effect ran; ``result`` is what it returned.
+COMPLETED: Final = "completed"
+#: The claimer gave the key up; the record counts as absent.
+RELEASED: Final = "released"
+
+
+class IdempotencyRecord(TypedDict):
+    """One key's record. The bucket and Firestore stores keep it as it is
+    (a bucket as JSON, with ``result`` in base64); the other stores keep the
+    same fields in their own form and build this to apply the rules.
+
+    Attributes:
+        v: the format, 1.
+        key: the key's first 200 characters, for people reading the store
+            (the store finds a record by its own id, not by this field).
+        state: :data:`IN_PROGRESS`, :data:`COMPLETED` or :data:`RELEASED`.
+        fp: the claimed payload's :func:`fingerprint`.
+        token: the claim's token.
+        lease_until: wall-clock seconds until which the claim is exclusive.
+        expires_at: wall-clock seconds after which the record is gone.
+        ttl: the record's lifetime in seconds, renewed by its completion.
+        result: the stored result, or None.
+    """
+
+    v: int
+    key: str
+    state: RecordState
+    fp: str
+    token: str
+    lease_until: float
+    expires_at: float
+    ttl: float
+    result: bytes | None
+
+
+def new_record(key: str, fp: str, token: str, *, lease: float, ttl: float, now: float) -> IdempotencyRecord:
+    """The record of a fresh claim of ``key``: in progress, leased for ``lease`` seconds from ``now``."""
+    return {
+        "v": 1,
+        "key": key[:200],
+        "state": IN_PROGRESS,
+        "fp": fp,
+        "token": token,
+        "lease_until": now + lease,
+        "expires_at": now + ttl,
+        "ttl": ttl,
+        "result": None,
+    }
+
+
+def completed_record(record: IdempotencyRecord, result: bytes | None, now: float) -> IdempotencyRecord:
+    """``record`` completed with ``result``; it lives at least ``ttl`` seconds from ``now``."""
+    done = record.copy()
+    done["state"] = COMPLETED
+    done["result"] = result
+    done["expires_at"] = max(record["expires_at"], now + record["ttl"])
+    return done
+
+
+def released_record(record: IdempotencyRecord) -> IdempotencyRecord:
+    """``record`` given up: a later claim takes the key as if it had no record."""
+    released = record.copy()
+    released["state"] = RELEASED
+    return released
+
+
+def extended_record(record: IdempotencyRecord, lease: float, now: float) -> IdempotencyRecord:
+    """``record`` with its lease pushed to ``lease`` seconds from ``now``."""
+    extended = record.copy()
+    extended["lease_until"] = now + lease
+    return extended
+
+
+def read_record(data: object, name: str) -> IdempotencyRecord:
+    """``data`` (a decoded document) as a record, after checking its format.
+
+    Raises:
+        Internal: ``data`` is not a record of format 1 (something else wrote ``name``).
+    """
+    if not isinstance(data, dict) or data.get("v") != 1:
+        raise Internal(f"idempotency record {name} has an unknown format; was it written by something else?")
+    return data  # type: ignore[return-value]
+
+
+def claim_outcome(
+    record: IdempotencyRecord | None, key: str, fp: str, token: str, now: float
+) -> Claim | None:
+    """What a claim of ``key`` (payload ``fp``, fresh ``token``) meets in the stored ``record``.
+
+    Returns:
+        The Claim to answer, or None when the claimer may take the key: there
+        is no record, it expired, it was released, or its lease ran out (its
+        claimer crashed). Then the store writes :func:`new_record` in its place,
+        on the condition that the record did not change meanwhile. A record
+        holding ``token`` itself is the claimer's own write, which landed though
+        its reply was lost: ``acquired``.
+
+    Raises:
+        IdempotencyConflict: a live record holds another fingerprint.
+    """
+    if record is None:
+        return None
+    state = record["state"]
+    if record["token"] == token and state == IN_PROGRESS:
+        return Claim("acquired", token)
+    if record["expires_at"] <= now or state == RELEASED:
+        return None
+    if record["fp"] != fp:
+        raise conflict_error(key)
+    if state == COMPLETED:
+        return Claim("completed", None, record["result"])
+    if record["lease_until"] > now:
+        return Claim("in_progress")
+    return None
+
+
+def change_needed(
+    record: IdempotencyRecord | None, key: str, token: str, done_state: RecordState | None, now: float
+) -> TypeGuard[IdempotencyRecord]:
+    """Whether a change by the claim ``token`` (complete, release, extend) still has to be written.
+
+    Args:
+        record: the stored record, None if there is none.
+        done_state: the state the change leaves (COMPLETED, RELEASED), or None
+            for a change that leaves the state as it is (extend).
+
+    Returns:
+        False when the record is already in ``done_state`` under ``token``:
+        the change landed before (a retried call, or a write whose reply was
+        lost). True when the claim is current and the change must be written
+        (so ``record`` is a record).
+
+    Raises:
+        PreconditionFailed: the claim was lost: no record, another token, the
+            record expired or is no longer in progress.
+    """
+    if record is None or record["token"] != token:
+        raise lost_error(key)
+    if done_state is not None and record["state"] == done_state:
+        return False
+    if record["state"] != IN_PROGRESS or record["expires_at"] <= now:
+        raise lost_error(key)
+    return True
+
+
+# ---------------------------------------------------------------- compare-and-swap stores
+Doc = TypeVar("Doc")
+Version = TypeVar("Version")
+
+#: claims remembered per store for a read-free complete/release
+_MAX_HELD = 4096
+
+
+class CompareAndSwapStore(ABC, Generic[Doc, Version]):
+    """The :class:`IdempotencyStore` protocol over one document per key, changed
+    only by create-if-absent and compare-and-swap.
+
+    A claim creates the key's document; when one exists, it reads it, applies
+    :func:`claim_outcome`, and takes an expired or released record over with a
+    swap conditional on the version it read. Complete, release and extend swap
+    the same way after :func:`change_needed`. Every step is safe to retry: a
+    write that landed though it reported a failure is recognised by its token.
+    A store remembers the version of each claim it wrote (up to 4,096), so a
+    complete or release right after the claim swaps without reading first.
+
+    A subclass implements :meth:`_doc`, :meth:`_read` and :meth:`_write`.
+
+    Args:
+        max_result_bytes: the largest result kept.
+        clock: wall-clock seconds; tests pass a fake one.
+    """
+
+    def __init__(self, *, max_result_bytes: int, clock: Callable[[], float] = time.time) -> None:
+        self.max_result_bytes = max_result_bytes
+        self._clock = clock
+        self._held: dict[str, tuple[str, IdempotencyRecord, Version]] = {}
+
+    @abstractmethod
+    def _doc(self, key: str) -> Doc:
+        """Where ``key``'s document is (an object key, a document reference)."""
+
+    @abstractmethod
+    def _read(self, doc: Doc) -> tuple[IdempotencyRecord, Version] | None:
+        """The record in ``doc`` and the version it was read at, or None if there is none.
+
+        Raises:
+            Internal: the document is not a record (see :func:`read_record`).
+        """
+
+    @abstractmethod
+    def _write(self, doc: Doc, record: IdempotencyRecord, version: Version | None = None) -> Version | None:
+        """Create ``doc`` (``version`` None) or replace it if it is still at ``version``.
+
+        Returns:
+            The version written, or None if another writer won (the document
+            existed, or changed since ``version``). A falsy version means the
+            write landed but the provider reported no version, so the next
+            change of this claim reads first.
+        """
+
+    # -- the protocol ---------------------------------------------------
+    def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
+        """Claim ``key``; see :meth:`IdempotencyStore.claim`."""
+        check_claim_args(key, fingerprint, lease, ttl)
+        doc = self._doc(key)
+        token = new_token()
+        taken = self._take(doc, key, fingerprint, token, lease, ttl, None)
+        if taken is not None:
+            return taken
+        for _ in range(MAX_CAS_ROUNDS):
+            found = self._read(doc)
+            record, version = (None, None) if found is None else found
+            outcome = claim_outcome(record, key, fingerprint, token, self._clock())
+            if outcome is not None:
+                return outcome
+            taken = self._take(doc, key, fingerprint, token, lease, ttl, version)
+            if taken is not None:
+                return taken
+        raise contended_error(key)
+
+    def complete(self, key: str, token: str, result: bytes | None) -> None:
+        """Mark the claim done with ``result``; see :meth:`IdempotencyStore.complete`."""
+        check_result(result, self.max_result_bytes)
+        self._change(key, token, lambda r: completed_record(r, result, self._clock()), COMPLETED)
+
+    def release(self, key: str, token: str) -> None:
+        """Give the claim up; see :meth:`IdempotencyStore.release`."""
+        self._change(key, token, released_record, RELEASED)
+
+    def extend(self, key: str, token: str, lease: float) -> None:
+        """Push the lease of a held claim ``lease`` seconds from now (long effects).
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        self._change(key, token, lambda r: extended_record(r, lease, self._clock()), None)
+
+    # -- the steps ------------------------------------------------------
+    def _take(
+        self, doc: Doc, key: str, fp: str, token: str, lease: float, ttl: float, version: Version | None
+    ) -> Claim | None:
+        """Write a fresh claim over ``version`` (None: create); the Claim, or None if another writer won."""
+        record = new_record(key, fp, token, lease=lease, ttl=ttl, now=self._clock())
+        written = self._write(doc, record, version)
+        if written is None:
+            return None
+        self._hold(token, key, record, written)
+        return Claim("acquired", token)
+
+    def _hold(self, token: str, key: str, record: IdempotencyRecord, version: Version) -> None:
+        """Remember the claim this store wrote, so complete/release can swap without reading first."""
+        if not version:
+            return
+        held = self._held
+        if len(held) >= _MAX_HELD:
+            held.clear()  # abandoned claims: forget them; they fall back to reading
+        held[token] = (key, record, version)
+
+    def _change(
+        self,
+        key: str,
+        token: str,
+        update: Callable[[IdempotencyRecord], IdempotencyRecord],
+        done_state: RecordState | None,
+    ) -> None:
+        doc = self._doc(key)
+        held = self._held.pop(token, None)
+        if held is not None and held[0] == key and held[1]["expires_at"] > self._clock():
+            # The claim as this store wrote it: swap at once; if anything changed since, read below.
+            changed = update(held[1])
+            written = self._write(doc, changed, held[2])
+            if written is not None:
+                if done_state is None:
+                    self._hold(token, key, changed, written)
+                return
+        for _ in range(MAX_CAS_ROUNDS):
+            found = self._read(doc)
+            if found is None:
+                raise lost_error(key)
+            record, version = found
+            if not change_needed(record, key, token, done_state, self._clock()):
+                return
+            changed = update(record)
+            written = self._write(doc, changed, version)
+            if written is not None:
+                if done_state is None:
+                    self._hold(token, key, changed, written)
+                return
+        raise contended_error(key)
+
+
 def without_options(url: ParsedURL, *names: str, scheme: str | None = None) -> str:
     """``url`` as written, minus the query options ``names`` (and with another scheme).
 
     The other options keep their original percent-encoding, so a value that
-    holds ``&`` or ``=`` (an Azure SAS token) survives.
+    holds ``&`` or ``=`` (an Azure SAS token) survives. Stores that hand a URL
+    on to a client library (a bucket, redis-py) take their own options off first.
     """
     rest = url.raw.split("://", 1)[1]
     base, _, query = rest.partition("?")

@@ -7,6 +7,8 @@ on the server's clock, it polls the server until that much time has passed).
 
 from __future__ import annotations
 
+import importlib.metadata
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +19,17 @@ import pytest
 from portable.idempotency import BucketStore, IdempotencyStore, MemoryStore, SqliteStore
 from portable.storage import open_bucket
 from portable.testing.fault_suite import fault_profile
+
+
+def uninstall_stores(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """Make the idempotency stores of ``modules`` look uninstalled: no entry points, nothing to import."""
+    installed = importlib.metadata.entry_points
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points",
+        lambda group: [] if group == "portable.idempotency" else installed(group=group),
+    )
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)
 
 
 class FakeClock:

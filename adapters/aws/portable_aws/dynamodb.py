@@ -33,7 +33,10 @@ How it works:
     (ReturnValuesOnConditionCheckFailure) and says ``completed`` (with the
     result), ``in_progress`` or IdempotencyConflict. ``complete``,
     ``release`` and ``extend`` are conditional on the claim's token. Expiry is
-    checked in every condition, because DynamoDB's TTL deletion is lazy.
+    checked in every condition, because DynamoDB's TTL deletion is lazy. The
+    conditions are the rules of :mod:`portable.driver.idempotency`, and an
+    item that failed one is read through them (``claim_outcome``,
+    ``change_needed``).
 
 Retries:
     botocore's retries are off (``retries={"total_max_attempts": 1}``); every
@@ -55,18 +58,11 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from portable.driver.idempotency import (
-    DEFAULT_MAX_RESULT_BYTES,
-    Claim,
-    check_claim_args,
-    check_result,
-    conflict_error,
-    lost_error,
-)
+from portable.driver import idempotency as idem
+from portable.driver.idempotency import Claim, IdempotencyRecord
 from portable.errors import InvalidURL, PortableError
 from portable.resilience import Guard, ResiliencePolicy
 from portable.urls import ParsedURL
@@ -85,6 +81,22 @@ _RACE_ROUNDS = 5
 
 def _n(value: float) -> dict[str, str]:
     return {"N": repr(float(value))}
+
+
+def _record(key: str, item: dict[str, Any]) -> IdempotencyRecord:
+    """An item of the table as the shared record (a released claim has no item)."""
+    result = item.get("result")
+    return {
+        "v": 1,
+        "key": key[:200],
+        "state": idem.COMPLETED if item["status"]["S"] == _COMPLETED else idem.IN_PROGRESS,
+        "fp": item["fingerprint"]["S"],
+        "token": item["token"]["S"],
+        "lease_until": float(item["lease_until"]["N"]),
+        "expires_at": float(item["expires_at"]["N"]),
+        "ttl": float(item["ttl_seconds"]["N"]),
+        "result": None if result is None else bytes(result["B"]),
+    }
 
 
 class DynamoDBStore(AWSClassifier):
@@ -108,7 +120,7 @@ class DynamoDBStore(AWSClassifier):
         prefix: str = "",
         *,
         options: AWSOptions | None = None,
-        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_result_bytes: int = idem.DEFAULT_MAX_RESULT_BYTES,
         ttl_attribute: str = "expiration",
         policy: ResiliencePolicy | None = None,
         clock: Callable[[], float] = time.time,
@@ -134,7 +146,7 @@ class DynamoDBStore(AWSClassifier):
         if not url.host:
             raise InvalidURL(f"{url} names no table: write dynamodb://TABLE[/PREFIX]")
         options = AWSOptions.take(url)
-        limit = url.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
+        limit = url.take("max_result_bytes", int, idem.DEFAULT_MAX_RESULT_BYTES)
         ttl_attribute = url.take_str("ttl_attribute") or "expiration"
         url.done()
         return cls(url.host, url.path, options=options, max_result_bytes=limit, ttl_attribute=ttl_attribute)
@@ -164,8 +176,8 @@ class DynamoDBStore(AWSClassifier):
 
     # -- the protocol ------------------------------------------------------
     def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
-        check_claim_args(key, fingerprint, lease, ttl)
-        token = uuid.uuid4().hex
+        idem.check_claim_args(key, fingerprint, lease, ttl)
+        token = idem.new_token()
         claim: Claim = self._guard.call("write", f"claim {key[:80]}", self._claim, key, fingerprint, lease, ttl, token)
         return claim
 
@@ -202,34 +214,25 @@ class DynamoDBStore(AWSClassifier):
                 found = self._failed_item(exc, item_id)
             else:
                 return Claim("acquired", token)
-            if found is None or float(found["expires_at"]["N"]) <= now:
-                continue  # it expired or was released in between: claim again
-            if found["token"]["S"] == token:
-                return Claim("acquired", token)  # our own earlier attempt, whose reply was lost
-            if found["fingerprint"]["S"] != fingerprint:
-                raise conflict_error(key)
-            if found["status"]["S"] == _COMPLETED:
-                result = found.get("result")
-                return Claim("completed", None, bytes(result["B"]) if result is not None else None)
-            if float(found["lease_until"]["N"]) > now:
-                return Claim("in_progress")
-            # the lease ran out between our write and our read: try to take it over again
+            record = None if found is None else _record(key, found)
+            outcome = idem.claim_outcome(record, key, fingerprint, token, now)
+            if outcome is not None:
+                return outcome
+            # it expired, was released or its lease ran out in between: claim again
         return Claim("in_progress")
 
     def complete(self, key: str, token: str, result: bytes | None) -> None:
-        check_result(result, self.max_result_bytes)
+        idem.check_result(result, self.max_result_bytes)
         self._guard.call("write", f"complete {key[:80]}", self._complete, key, token, result)
 
     def _complete(self, key: str, token: str, result: bytes | None) -> None:
         item_id = self._id(key)
         now = self._clock()
-        current = self._get(item_id)
-        if current is None or current["token"]["S"] != token:
-            raise lost_error(key)
-        if current["status"]["S"] == _COMPLETED:
+        found = self._get(item_id)
+        current = None if found is None else _record(key, found)
+        if not idem.change_needed(current, key, token, idem.COMPLETED, now):
             return  # a retried complete(): the first one landed
-        ttl = float(current["ttl_seconds"]["N"])
-        expires = max(float(current["expires_at"]["N"]), now + ttl)
+        expires = idem.completed_record(current, result, now)["expires_at"]
         update = f"SET #s = :done, expires_at = :exp, #ttl = :ttl_n{', #r = :r' if result is not None else ''}"
         values: dict[str, Any] = {
             ":done": {"S": _COMPLETED},
@@ -256,10 +259,10 @@ class DynamoDBStore(AWSClassifier):
         except Exception as exc:
             if not self._conditional_failure(exc):
                 raise
-            found = self._failed_item(exc, item_id)
-            if found is not None and found["token"]["S"] == token and found["status"]["S"] == _COMPLETED:
+            failed = self._failed_item(exc, item_id)
+            if failed is not None and failed["token"]["S"] == token and failed["status"]["S"] == _COMPLETED:
                 return
-            raise lost_error(key) from None
+            raise idem.lost_error(key) from None
 
     def release(self, key: str, token: str) -> None:
         self._guard.call("write", f"release {key[:80]}", self._release, key, token)
@@ -284,7 +287,7 @@ class DynamoDBStore(AWSClassifier):
                 raise
             if self._failed_item(exc, item_id) is None:
                 return  # gone: released already (a retried release whose reply was lost)
-            raise lost_error(key) from None
+            raise idem.lost_error(key) from None
 
     def extend(self, key: str, token: str, lease: float) -> None:
         """Push the lease of a held claim ``lease`` seconds from now (long effects).
@@ -313,7 +316,7 @@ class DynamoDBStore(AWSClassifier):
         except Exception as exc:
             if not self._conditional_failure(exc):
                 raise
-            raise lost_error(key) from None
+            raise idem.lost_error(key) from None
 
     # -- setup and escape hatches ----------------------------------------
     def create_table(self, *, wait: float = 60.0) -> None:

@@ -25,13 +25,16 @@ Names:
     key of up to 1,024 characters works.
 
 How:
-    The same protocol as the bucket store, on Firestore's own preconditions:
-    a claim is ``create`` (fails if the document exists), and every later
-    change (complete, release, extend, the take-over of an expired lease) is
-    an ``update`` with ``last_update_time`` equal to the update time it read,
-    so the write is a compare-and-swap; no transaction is used. Every step is
-    safe to repeat: a write whose reply was lost is recognised by the token it
-    carries. Leases and expiry use this process's wall clock. Each record
+    The same protocol as the bucket store
+    (:class:`portable.driver.idempotency.CompareAndSwapStore`), on Firestore's
+    own preconditions: a claim is ``create`` (fails if the document exists),
+    and every later change (complete, release, extend, the take-over of an
+    expired lease) is an ``update`` with ``last_update_time`` equal to the
+    update time it read (or that its own claim wrote), so the write is a
+    compare-and-swap; no transaction is used. Every step is safe to repeat: a
+    write whose reply was lost is recognised by the token it carries. A
+    document holds the fields of
+    :class:`~portable.driver.idempotency.IdempotencyRecord`. Leases and expiry use this process's wall clock. Each record
     also holds ``expire_at`` (a timestamp): give the collection a Firestore
     TTL policy on that field and expired records are deleted for you.
 
@@ -53,7 +56,7 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import google.api_core.exceptions as gexc
@@ -64,14 +67,11 @@ from google.cloud import firestore
 from portable.driver import Classifier
 from portable.driver.idempotency import (
     DEFAULT_MAX_RESULT_BYTES,
-    Claim,
-    check_claim_args,
-    check_result,
-    conflict_error,
-    lost_error,
-    new_token,
+    CompareAndSwapStore,
+    IdempotencyRecord,
+    read_record,
 )
-from portable.errors import ErrorCode, Internal, InvalidURL, PortableError
+from portable.errors import ErrorCode, InvalidURL, PortableError
 from portable.resilience import Guard, ResiliencePolicy, attempt_timeout
 from portable.urls import ParsedURL
 
@@ -81,12 +81,6 @@ __all__ = ["FirestoreIdempotencyStore"]
 
 GOOGLE_ENDPOINT = "firestore.googleapis.com"
 MAX_RESULT_BYTES = 1_000_000
-
-_IN_PROGRESS = "in_progress"
-_COMPLETED = "completed"
-_RELEASED = "released"
-#: compare-and-swap rounds before giving up; each lost round means another writer made progress
-_MAX_ROUNDS = 64
 
 
 class _Errors(Classifier):
@@ -111,7 +105,7 @@ def _check_segment(segment: str, url: object) -> str:
     return segment
 
 
-class FirestoreIdempotencyStore:
+class FirestoreIdempotencyStore(CompareAndSwapStore[Any, Any]):
     """Idempotency records as Firestore documents, changed only by create and compare-and-swap.
 
     Args:
@@ -148,12 +142,11 @@ class FirestoreIdempotencyStore:
             _check_segment(segment, f"firestore://{project}/{collection}")
         if not 1 <= max_result_bytes <= MAX_RESULT_BYTES:
             raise InvalidURL(f"max_result_bytes must be from 1 to {MAX_RESULT_BYTES:,} (a document is at most 1 MiB)")
+        super().__init__(max_result_bytes=max_result_bytes, clock=clock)
         self.project = project
         self.collection_path = "/".join(segments)
         self.database = database
         self.timeout = timeout
-        self.max_result_bytes = max_result_bytes
-        self._clock = clock
         emulator = endpoint or os.environ.get("FIRESTORE_EMULATOR_HOST") or None
         self.endpoint = emulator or GOOGLE_ENDPOINT
         if emulator:
@@ -206,7 +199,7 @@ class FirestoreIdempotencyStore:
     def _doc(self, key: str) -> Any:
         return self._collection.document(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest())
 
-    def _read(self, doc: Any) -> tuple[dict[str, Any], Any] | None:
+    def _read(self, doc: Any) -> tuple[IdempotencyRecord, Any] | None:
         """The record and the update time it was read at, or None if there is none."""
 
         def read() -> Any:
@@ -215,124 +208,38 @@ class FirestoreIdempotencyStore:
         snap = self._guard.call("idempotency", f"read record {doc.id}", read)
         if not snap.exists:
             return None
-        record = snap.to_dict() or {}
-        if record.get("v") != 1:
-            raise Internal(f"idempotency record {doc.id} has an unknown format; was it written by something else?")
+        record = read_record(snap.to_dict(), doc.id)
+        if record["result"] is not None:
+            record["result"] = bytes(record["result"])
         return record, snap.update_time
 
-    def _write(self, doc: Any, record: Mapping[str, Any], *, update_time: Any = None) -> bool:
-        """Create (update_time None) or compare-and-swap the record; False if another writer won."""
+    def _write(self, doc: Any, record: IdempotencyRecord, update_time: Any = None) -> Any:
+        """Create (``update_time`` None) or compare-and-swap the record on ``update_time``.
 
-        def create() -> bool:
+        The document also gets ``expire_at``, the timestamp a TTL policy reads.
+
+        Returns:
+            The update time written, or None if another writer won.
+        """
+        fields = {**record, "expire_at": dt.datetime.fromtimestamp(record["expires_at"], dt.UTC)}
+
+        def create() -> Any:
             try:
-                doc.create(dict(record), retry=None, timeout=self._rpc_timeout())
+                return doc.create(fields, retry=None, timeout=self._rpc_timeout()).update_time
             except gexc.AlreadyExists:
-                return False
-            return True
+                return None
 
-        def swap() -> bool:
+        def swap() -> Any:
             try:
-                doc.update(
-                    dict(record),
+                written = doc.update(
+                    fields,
                     option=self._client.write_option(last_update_time=update_time),
                     retry=None,
                     timeout=self._rpc_timeout(),
                 )
             except (gexc.FailedPrecondition, gexc.NotFound):
-                return False
-            return True
+                return None
+            return written.update_time
 
         what = f"write record {doc.id}"
         return self._guard.call("idempotency", what, create if update_time is None else swap)
-
-    def _new(self, key: str, fp: str, token: str, lease: float, ttl: float) -> dict[str, Any]:
-        now = self._clock()
-        return {
-            "v": 1,
-            "key": key[:200],
-            "state": _IN_PROGRESS,
-            "fp": fp,
-            "token": token,
-            "lease_until": now + lease,
-            "expires_at": now + ttl,
-            "expire_at": dt.datetime.fromtimestamp(now + ttl, dt.UTC),
-            "ttl": ttl,
-            "result": None,
-        }
-
-    # -- the protocol -------------------------------------------------------
-    def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
-        """Claim ``key``; see :class:`portable.idempotency.IdempotencyStore`."""
-        check_claim_args(key, fingerprint, lease, ttl)
-        doc = self._doc(key)
-        token = new_token()
-        if self._write(doc, self._new(key, fingerprint, token, lease, ttl)):
-            return Claim("acquired", token)
-        for _ in range(_MAX_ROUNDS):
-            found = self._read(doc)
-            if found is None:
-                if self._write(doc, self._new(key, fingerprint, token, lease, ttl)):
-                    return Claim("acquired", token)
-                continue
-            record, update_time = found
-            now = self._clock()
-            if record["token"] == token and record["state"] == _IN_PROGRESS:
-                return Claim("acquired", token)  # our own write landed though its reply was lost
-            if record["expires_at"] > now and record["state"] != _RELEASED:
-                if record["fp"] != fingerprint:
-                    raise conflict_error(key)
-                if record["state"] == _COMPLETED:
-                    result = record["result"]
-                    return Claim("completed", None, None if result is None else bytes(result))
-                if record["lease_until"] > now:
-                    return Claim("in_progress")
-            if self._write(doc, self._new(key, fingerprint, token, lease, ttl), update_time=update_time):
-                return Claim("acquired", token)
-        raise _contended(key)
-
-    def complete(self, key: str, token: str, result: bytes | None) -> None:
-        """Mark the claim done with ``result``; see :class:`portable.idempotency.IdempotencyStore`."""
-        check_result(result, self.max_result_bytes)
-
-        def done(r: dict[str, Any]) -> dict[str, Any]:
-            expires = max(r["expires_at"], self._clock() + r["ttl"])
-            return {
-                **r,
-                "state": _COMPLETED,
-                "result": result,
-                "expires_at": expires,
-                "expire_at": dt.datetime.fromtimestamp(expires, dt.UTC),
-            }
-
-        self._change(key, token, done, done_state=_COMPLETED)
-
-    def release(self, key: str, token: str) -> None:
-        """Give the claim up; see :class:`portable.idempotency.IdempotencyStore`."""
-        self._change(key, token, lambda r: {**r, "state": _RELEASED}, done_state=_RELEASED)
-
-    def extend(self, key: str, token: str, lease: float) -> None:
-        """Push the lease of a held claim ``lease`` seconds from now (long effects)."""
-        self._change(key, token, lambda r: {**r, "lease_until": self._clock() + lease}, done_state=None)
-
-    def _change(
-        self, key: str, token: str, update: Callable[[dict[str, Any]], dict[str, Any]], done_state: str | None
-    ) -> None:
-        doc = self._doc(key)
-        for _ in range(_MAX_ROUNDS):
-            found = self._read(doc)
-            if found is None or found[0]["token"] != token:
-                raise lost_error(key)
-            record, update_time = found
-            if done_state is not None and record["state"] == done_state:
-                return  # this change landed already (a retried call, or a write whose reply was lost)
-            if record["state"] != _IN_PROGRESS or record["expires_at"] <= self._clock():
-                raise lost_error(key)
-            if self._write(doc, update(record), update_time=update_time):
-                return
-        raise _contended(key)
-
-
-def _contended(key: str) -> Internal:
-    return Internal(
-        f"idempotency key {key[:200]!r}: gave up after {_MAX_ROUNDS} compare-and-swap rounds lost to other writers"
-    )

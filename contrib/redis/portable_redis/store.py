@@ -9,11 +9,15 @@ Options (taken off the URL before redis-py sees it):
     ``prefix`` (str): prepended to every key. Defaults to ``portable:idem:``.
     ``max_result_bytes`` (int): the largest stored result. Defaults to 64 KiB.
 
-How: each record is one hash (fields ``fp``, ``token``, ``state``,
-``lease_until``, ``ttl``, ``result``) that Redis itself expires after the
-record's ``ttl`` (``PEXPIRE``). Claim, complete, release and extend are each
-one Lua script: atomic, one round trip, with lease times taken from the
-server's clock (``TIME``), so the clients' clocks do not matter.
+How: each record is one hash with the fields and states of
+:class:`portable.driver.idempotency.IdempotencyRecord` (``fp``, ``token``,
+``state``, ``lease_until``, ``ttl``, ``result``; times in milliseconds) that
+Redis itself expires after the record's ``ttl`` (``PEXPIRE``), so it needs no
+``expires_at``. Claim, complete, release and extend are each one Lua script
+that applies the rules of :func:`~portable.driver.idempotency.claim_outcome`
+and :func:`~portable.driver.idempotency.change_needed` on the server: atomic,
+one round trip, with lease times taken from the server's clock (``TIME``), so
+the clients' clocks do not matter.
 :meth:`RedisStore.claim_many` pipelines many claims into one round trip.
 
 Retries: redis-py retries on its own (3 times with backoff since 6.0); this
@@ -31,8 +35,8 @@ As: ``redis.Redis``.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterable
+from string import Template
 from typing import Any
 
 import redis
@@ -41,12 +45,16 @@ from redis.retry import Retry
 
 from portable.driver import Classifier, ErrorCode
 from portable.driver.idempotency import (
+    COMPLETED,
     DEFAULT_MAX_RESULT_BYTES,
+    IN_PROGRESS,
+    RELEASED,
     Claim,
     check_claim_args,
     check_result,
     conflict_error,
     lost_error,
+    new_token,
     without_options,
 )
 from portable.driver.redaction import redact
@@ -56,55 +64,64 @@ from portable.urls import ParsedURL
 
 __all__ = ["RedisStore"]
 
-_CLAIM = """
+
+def _lua(source: str) -> str:
+    """A script with the record states of portable.driver.idempotency filled in ($IN_PROGRESS, ...).
+
+    The script's replies (``'acquired'``, ``'completed'``, ...) are claim statuses, not states.
+    """
+    return Template(source).substitute(IN_PROGRESS=IN_PROGRESS, COMPLETED=COMPLETED, RELEASED=RELEASED)
+
+
+_CLAIM = _lua("""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local r = redis.call('HMGET', KEYS[1], 'fp', 'token', 'state', 'lease_until', 'result')
-if r[3] and r[3] ~= 'released' then
-  if r[2] == ARGV[2] and r[3] == 'in_progress' then return {'acquired'} end
+if r[3] and r[3] ~= '$RELEASED' then
+  if r[2] == ARGV[2] and r[3] == '$IN_PROGRESS' then return {'acquired'} end
   if r[1] ~= ARGV[1] then return {'conflict'} end
-  if r[3] == 'completed' then
+  if r[3] == '$COMPLETED' then
     if r[5] then return {'completed', r[5]} end
     return {'completed'}
   end
   if tonumber(r[4]) > now then return {'in_progress'} end
 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'token', ARGV[2], 'state', 'in_progress',
+redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'token', ARGV[2], 'state', '$IN_PROGRESS',
            'lease_until', now + tonumber(ARGV[3]), 'ttl', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {'acquired'}
-"""
+""")
 
-_COMPLETE = """
+_COMPLETE = _lua("""
 local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'ttl')
 if not r[1] or r[1] ~= ARGV[1] then return 'lost' end
-if r[2] == 'completed' then return 'ok' end
-if r[2] ~= 'in_progress' then return 'lost' end
-redis.call('HSET', KEYS[1], 'state', 'completed')
+if r[2] == '$COMPLETED' then return 'ok' end
+if r[2] ~= '$IN_PROGRESS' then return 'lost' end
+redis.call('HSET', KEYS[1], 'state', '$COMPLETED')
 if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'result', ARGV[2]) end
 redis.call('PEXPIRE', KEYS[1], r[3])
 return 'ok'
-"""
+""")
 
-_RELEASE = """
+_RELEASE = _lua("""
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
 if not r[1] or r[1] ~= ARGV[1] then return 'lost' end
-if r[2] == 'released' then return 'ok' end
-if r[2] ~= 'in_progress' then return 'lost' end
-redis.call('HSET', KEYS[1], 'state', 'released')
+if r[2] == '$RELEASED' then return 'ok' end
+if r[2] ~= '$IN_PROGRESS' then return 'lost' end
+redis.call('HSET', KEYS[1], 'state', '$RELEASED')
 redis.call('PEXPIRE', KEYS[1], 60000)
 return 'ok'
-"""
+""")
 
-_EXTEND = """
+_EXTEND = _lua("""
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
-if not r[1] or r[1] ~= ARGV[1] or r[2] ~= 'in_progress' then return 'lost' end
+if not r[1] or r[1] ~= ARGV[1] or r[2] ~= '$IN_PROGRESS' then return 'lost' end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
 return 'ok'
-"""
+""")
 
 
 class _RedisClassifier(Classifier):
@@ -182,7 +199,7 @@ class RedisStore:
     # -- the protocol ---------------------------------------------------
     def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
         check_claim_args(key, fingerprint, lease, ttl)
-        token = uuid.uuid4().hex
+        token = new_token()
         reply = self._guard.call(
             "claim", "claim an idempotency key", self._claim,
             keys=[self._key(key)], args=[fingerprint, token, _ms(lease), _ms(ttl)],
@@ -201,7 +218,7 @@ class RedisStore:
         pairs = list(items)
         for key, fp in pairs:
             check_claim_args(key, fp, lease, ttl)
-        tokens = [uuid.uuid4().hex for _ in pairs]
+        tokens = [new_token() for _ in pairs]
 
         def run() -> list[Any]:
             pipe = self.client.pipeline(transaction=False)

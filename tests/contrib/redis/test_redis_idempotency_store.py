@@ -18,6 +18,7 @@ from portable_redis import RedisStore
 from portable.errors import IdempotencyConflict, InvalidURL, MissingDependency, Unavailable
 from portable.idempotency import Claim, fingerprint, open_store, run_once
 from portable.urls import parse_url
+from tests.idempotency.conftest import uninstall_stores
 
 
 @pytest.fixture
@@ -95,8 +96,13 @@ def test_bad_urls_are_refused() -> None:
 
 
 def test_a_redis_url_without_the_distribution_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import portable.idempotency as idem
+    uninstall_stores(monkeypatch, "portable_redis", "portable_redis.store")
+    for scheme in ("redis", "rediss", "unix"):
+        with pytest.raises(MissingDependency, match=rf"{scheme}:// needs the redis adapter: pip install 'portable-cloud\[redis\]'"):
+            open_store(f"{scheme}://127.0.0.1:6379/0")
 
-    monkeypatch.setattr(idem, "entry_points", lambda group: [])
-    with pytest.raises(MissingDependency, match=r"portable\[redis\]"):
-        open_store("redis://127.0.0.1:6379/0")
+
+def test_unix_socket_urls_open_the_redis_store(tmp_path: object) -> None:
+    store = open_store(f"unix://{tmp_path}/redis.sock?db=0&prefix=p:")
+    assert isinstance(store, RedisStore) and store.prefix == "p:"
+    store.close()

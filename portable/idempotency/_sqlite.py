@@ -10,7 +10,9 @@ Options:
 
 Guarantees: every claim, completion and release is one SQLite transaction
 (``BEGIN IMMEDIATE`` in WAL mode), so processes of one machine sharing the
-file see one owner per key. Not for network file systems, where SQLite's
+file see one owner per key. A claim that meets a row reads it through
+:func:`~portable.driver.idempotency.claim_outcome`; the other changes are
+conditional statements with the same rules. Not for network file systems, where SQLite's
 locks do not hold.
 """
 
@@ -23,17 +25,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .driver.idempotency import (
+from ..driver.idempotency import (
+    COMPLETED,
     DEFAULT_MAX_RESULT_BYTES,
+    IN_PROGRESS,
     Claim,
+    IdempotencyRecord,
     check_claim_args,
     check_result,
-    conflict_error,
+    claim_outcome,
     lost_error,
     new_token,
 )
-from .errors import InvalidURL
-from .urls import ParsedURL
+from ..errors import InvalidURL
+from ..urls import ParsedURL
 
 __all__ = ["SqliteStore"]
 
@@ -130,17 +135,13 @@ class SqliteStore:
     ) -> Claim:
         now = self._clock()
         row = conn.execute(
-            "SELECT fingerprint, completed, lease_until, expires_at, result "
+            "SELECT fingerprint, token, completed, lease_until, expires_at, ttl, result "
             "FROM portable_idempotency WHERE key = ?",
             (key,),
         ).fetchone()
-        if row is not None and row[3] > now:
-            if row[0] != fingerprint:
-                raise conflict_error(key)
-            if row[1]:
-                return Claim("completed", None, row[4])
-            if row[2] > now:
-                return Claim("in_progress")
+        outcome = claim_outcome(None if row is None else _record(key, row), key, fingerprint, token, now)
+        if outcome is not None:
+            return outcome
         conn.execute(
             "INSERT OR REPLACE INTO portable_idempotency VALUES (?, ?, ?, 0, ?, ?, ?, NULL)",
             (key, fingerprint, token, now + lease, now + ttl, ttl),
@@ -188,3 +189,19 @@ class SqliteStore:
         return self._conn().execute(
             "DELETE FROM portable_idempotency WHERE expires_at <= ?", (self._clock(),)
         ).rowcount
+
+
+def _record(key: str, row: tuple[str, str, int, float, float, float, bytes | None]) -> IdempotencyRecord:
+    """A row of ``portable_idempotency`` as the shared record (a released claim has no row)."""
+    fp, token, completed, lease_until, expires_at, ttl, result = row
+    return {
+        "v": 1,
+        "key": key[:200],
+        "state": COMPLETED if completed else IN_PROGRESS,
+        "fp": fp,
+        "token": token,
+        "lease_until": lease_until,
+        "expires_at": expires_at,
+        "ttl": ttl,
+        "result": result,
+    }

@@ -1,0 +1,117 @@
+"""``mem://`` — idempotency records in a dict: one process, for tests and single-process services.
+
+URLs:
+    ``mem://`` is a private store; ``mem://NAME`` the store shared by that
+    name in this process.
+
+Options:
+    ``max_result_bytes`` (int): the largest stored result. Defaults to 64 KiB
+    (for a shared store, the first opener's value holds).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import ClassVar
+
+from ..driver.idempotency import (
+    COMPLETED,
+    DEFAULT_MAX_RESULT_BYTES,
+    Claim,
+    IdempotencyRecord,
+    change_needed,
+    check_claim_args,
+    check_result,
+    claim_outcome,
+    completed_record,
+    extended_record,
+    new_record,
+    new_token,
+)
+from ..urls import ParsedURL
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Records in a dict: one process, for tests and single-process services.
+
+    Args:
+        max_result_bytes: the largest result kept. Defaults to 64 KiB.
+        clock: wall-clock seconds; tests pass a fake one.
+    """
+
+    _shared: ClassVar[dict[str, MemoryStore]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.max_result_bytes = max_result_bytes
+        self._clock = clock
+        self._records: dict[str, IdempotencyRecord] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> MemoryStore:
+        """Open ``mem://`` (a private store) or ``mem://NAME`` (shared by name in this process)."""
+        limit = url.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
+        url.done()
+        name = (url.netloc + url.path).strip("/")
+        if not name:
+            return cls(max_result_bytes=limit)
+        with cls._shared_lock:
+            return cls._shared.setdefault(name, cls(max_result_bytes=limit))
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._records)} records)"
+
+    def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
+        """Claim ``key``; see :meth:`IdempotencyStore.claim`."""
+        check_claim_args(key, fingerprint, lease, ttl)
+        token = new_token()
+        with self._lock:
+            now = self._clock()
+            outcome = claim_outcome(self._records.get(key), key, fingerprint, token, now)
+            if outcome is not None:
+                return outcome
+            self._records[key] = new_record(key, fingerprint, token, lease=lease, ttl=ttl, now=now)
+            return Claim("acquired", token)
+
+    def complete(self, key: str, token: str, result: bytes | None) -> None:
+        """Mark the claim done with ``result``; see :meth:`IdempotencyStore.complete`."""
+        check_result(result, self.max_result_bytes)
+        with self._lock:
+            record = self._records.get(key)
+            now = self._clock()
+            if change_needed(record, key, token, COMPLETED, now):
+                self._records[key] = completed_record(record, result, now)
+
+    def release(self, key: str, token: str) -> None:
+        """Give the claim up; see :meth:`IdempotencyStore.release`. The record is dropped at once."""
+        with self._lock:
+            if change_needed(self._records.get(key), key, token, None, self._clock()):
+                del self._records[key]
+
+    def extend(self, key: str, token: str, lease: float) -> None:
+        """Push the lease of a held claim ``lease`` seconds from now (long effects).
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        with self._lock:
+            record = self._records.get(key)
+            now = self._clock()
+            if change_needed(record, key, token, None, now):
+                self._records[key] = extended_record(record, lease, now)
+
+    def purge_expired(self) -> int:
+        """Drop expired records; return how many."""
+        with self._lock:
+            now = self._clock()
+            gone = [k for k, r in self._records.items() if r["expires_at"] <= now]
+            for k in gone:
+                del self._records[k]
+            return len(gone)
