@@ -1,9 +1,9 @@
-"""The naming rules both engines of s3/gs/az share (portable.provider_names)."""
+"""The naming rules both engines of s3/gs/az share (portable.driver.naming)."""
 
 import pytest
 
 from portable import InvalidURL
-from portable.provider_names import (
+from portable.driver.naming import (
     check_azure_account_name,
     check_azure_container_or_queue_name,
     check_gcs_bucket_name,

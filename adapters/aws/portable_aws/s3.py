@@ -82,6 +82,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import IO, Any, Literal, TypeVar
 
+from portable.driver.naming import check_s3_bucket_name
 from portable.driver.storage import (
     ListPage,
     ObjectInfo,
@@ -91,7 +92,6 @@ from portable.driver.storage import (
     WriteStream,
 )
 from portable.errors import InvalidURL
-from portable.provider_names import check_s3_bucket_name
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 

@@ -27,13 +27,13 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from portable.driver import Classifier
-from portable.driver.redaction import redact
-from portable.errors import ConfigError, ErrorCode, InvalidURL, PortableError
-from portable.provider_names import (
+from portable.driver.naming import (
     check_azure_account_name,
     check_azure_container_or_queue_name,
     reject_azure_inline_secrets,
 )
+from portable.driver.redaction import redact
+from portable.errors import ConfigError, ErrorCode, InvalidURL, PortableError
 from portable.urls import ParsedURL
 
 __all__ = [

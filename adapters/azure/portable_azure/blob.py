@@ -106,6 +106,11 @@ from typing import IO, Any, Literal, TypeVar
 
 import fsspec.asyn  # type: ignore[import-untyped]
 
+from portable.driver.naming import (
+    decode_azure_metadata_name,
+    encode_azure_metadata_name,
+    parse_azure_blob_url,
+)
 from portable.driver.storage import (
     ListPage,
     ObjectInfo,
@@ -121,11 +126,6 @@ from portable.errors import (
     InvalidURL,
     PreconditionFailed,
     TooLarge,
-)
-from portable.provider_names import (
-    decode_azure_metadata_name,
-    encode_azure_metadata_name,
-    parse_azure_blob_url,
 )
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL

@@ -111,6 +111,7 @@ import google.auth.credentials
 import google.auth.exceptions
 import requests.exceptions
 
+from portable.driver.naming import check_gcs_bucket_name
 from portable.driver.storage import (
     ListPage,
     ObjectInfo,
@@ -128,7 +129,6 @@ from portable.errors import (
     PortableError,
     PreconditionFailed,
 )
-from portable.provider_names import check_gcs_bucket_name
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 

@@ -79,16 +79,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
-from portable.driver.redaction import redact
-from portable.driver.storage import StorageCapabilities, WriteOptions
-from portable.errors import ConfigError, InvalidURL
-from portable.provider_names import (
+from portable.driver.naming import (
     check_azure_account_name,
     check_azure_container_or_queue_name,
     decode_azure_metadata_name,
     encode_azure_metadata_name,
     parse_azure_blob_url,
 )
+from portable.driver.redaction import redact
+from portable.driver.storage import StorageCapabilities, WriteOptions
+from portable.errors import ConfigError, InvalidURL
 from portable.urls import ParsedURL
 
 from ._common import NO_RETRIES, ObstoreStorage, client_options

@@ -66,9 +66,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from portable.driver.naming import check_gcs_bucket_name
 from portable.driver.storage import StorageCapabilities, WriteOptions
 from portable.errors import InvalidURL, PreconditionFailed
-from portable.provider_names import check_gcs_bucket_name
 from portable.urls import ParsedURL
 
 from ._common import NO_RETRIES, ObstoreStorage, client_options

@@ -76,8 +76,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from portable.driver.naming import check_s3_bucket_name
 from portable.errors import InvalidURL, MissingDependency
-from portable.provider_names import check_s3_bucket_name
 from portable.resilience import remaining
 from portable.urls import ParsedURL
 
