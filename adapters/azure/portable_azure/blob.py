@@ -106,7 +106,9 @@ from typing import IO, Any, Literal, TypeVar
 
 import fsspec.asyn  # type: ignore[import-untyped]
 
+from portable.driver.limits import AZURE_MAX_BLOB_NAME, azure_blob_capabilities
 from portable.driver.naming import (
+    check_prefix_segments,
     decode_azure_metadata_name,
     encode_azure_metadata_name,
     parse_azure_blob_url,
@@ -114,7 +116,6 @@ from portable.driver.naming import (
 from portable.driver.storage import (
     ListPage,
     ObjectInfo,
-    StorageCapabilities,
     StorageDriver,
     WriteOptions,
     WriteStream,
@@ -123,11 +124,9 @@ from portable.errors import (
     AlreadyExists,
     ConfigError,
     ErrorCode,
-    InvalidURL,
     PreconditionFailed,
     TooLarge,
 )
-from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
 from ._common import (
@@ -135,6 +134,7 @@ from ._common import (
     AzureClassifier,
     check_container_or_queue_name,
     error_code,
+    request_timeouts,
     resolve_auth,
 )
 
@@ -142,7 +142,7 @@ __all__ = ["BlobStorage", "decode_metadata_name", "encode_metadata_name"]
 
 T = TypeVar("T")
 
-MAX_BLOB_NAME = 1024
+MAX_BLOB_NAME = AZURE_MAX_BLOB_NAME
 MAX_BLOCKS = 50_000
 _BLOB_CLIENT_CACHE = 128  # about 32 KiB each
 encode_metadata_name = encode_azure_metadata_name
@@ -200,34 +200,18 @@ class BlobStorage(AzureClassifier, StorageDriver):
         from azure.storage.blob.aio import BlobServiceClient
 
         check_container_or_queue_name(container, "container")
-        prefix = prefix.strip("/")
-        if prefix and any(seg in ("", ".", "..") for seg in prefix.split("/")):
-            raise InvalidURL(f"prefix {prefix!r} must not hold empty, '.' or '..' segments")
+        prefix = check_prefix_segments(prefix)
+        self.capabilities = azure_blob_capabilities(prefix, signed_urls=auth.can_sign, max_object_bytes=None)
         self.scheme = scheme
         self.container = container
         self.prefix = prefix
         self._prefix = f"{prefix}/" if prefix else ""
-        room = MAX_BLOB_NAME - len(self._prefix.encode("utf-8"))
-        if room < 1:
-            raise InvalidURL(f"prefix is {len(self._prefix)} bytes; Azure blob names are at most {MAX_BLOB_NAME}")
         self.auth = auth
         self.endpoint = f"{auth.endpoint}/{container}"
         self.batch_concurrency = max(1, max_concurrency)
         self._max_concurrency = max(1, max_concurrency)
         self._timeout = timeout
         self._connection_timeout = connection_timeout
-        self.capabilities = StorageCapabilities(
-            conditional_create=True,
-            conditional_update=True,
-            conditional_streaming_write=True,
-            signed_urls=auth.can_sign,
-            server_side_copy=True,
-            multipart=True,
-            max_key_bytes=room,
-            max_object_bytes=None,
-            max_metadata_bytes=2048,
-            min_part_bytes=64 * 1024,
-        )
         client_options: dict[str, Any] = {
             "retry_total": 0,  # one attempt per call: the portable Guard owns retries
             "retry_to_secondary": False,
@@ -298,12 +282,7 @@ class BlobStorage(AzureClassifier, StorageDriver):
         return client
 
     def _kw(self) -> dict[str, Any]:
-        """Per-request client timeouts, shortened to the deadline in force."""
-        left = attempt_timeout()
-        if left is None:
-            return {}
-        left = max(0.001, left)
-        return {"read_timeout": min(self._timeout, left), "connection_timeout": min(self._connection_timeout, left)}
+        return request_timeouts(self._timeout, self._connection_timeout)
 
     def code_of(self, exc: BaseException) -> ErrorCode:
         if isinstance(exc, BlobChangedWhileReading):

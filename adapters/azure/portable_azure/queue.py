@@ -121,6 +121,7 @@ from ._common import (
     check_container_or_queue_name,
     error_code,
     reject_inline_secrets,
+    request_timeouts,
     resolve_auth,
 )
 
@@ -322,11 +323,7 @@ class StorageQueueMessaging(AzureClassifier, MessagingDriver, TopicDriver, Subsc
 
     # -- plumbing ----------------------------------------------------------
     def _kw(self) -> dict[str, Any]:
-        left = attempt_timeout()
-        if left is None:
-            return {}
-        left = max(0.001, left)
-        return {"read_timeout": min(self._timeout, left), "connection_timeout": min(self._connection_timeout, left)}
+        return request_timeouts(self._timeout, self._connection_timeout)
 
     def create(self) -> None:
         """Create the queue and the poison queue if they do not exist."""
