@@ -39,6 +39,24 @@ GCS_MAX_METADATA_BYTES = 8 * 1024
 AZURE_MAX_BLOB_NAME = 1024
 
 
+def _all_flags(
+    *, signed_urls: bool, max_key_bytes: int, max_object_bytes: int | None, max_metadata_bytes: int, min_part_bytes: int
+) -> StorageCapabilities:
+    """A record with every condition, server-side copy and multipart on: S3, GCS and Azure have them all."""
+    return StorageCapabilities(
+        conditional_create=True,
+        conditional_update=True,
+        conditional_streaming_write=True,
+        signed_urls=signed_urls,
+        server_side_copy=True,
+        multipart=True,
+        max_key_bytes=max_key_bytes,
+        max_object_bytes=max_object_bytes,
+        max_metadata_bytes=max_metadata_bytes,
+        min_part_bytes=min_part_bytes,
+    )
+
+
 def _root_bytes(prefix: str) -> int:
     """The bytes a prefix takes of every key: itself and its slash."""
     return len(prefix.encode("utf-8")) + 1 if prefix else 0
@@ -53,13 +71,8 @@ def s3_capabilities(bucket: str, prefix: str) -> StorageCapabilities:
     root = _root_bytes(prefix)
     if root >= S3_MAX_KEY_BYTES - 16:
         raise InvalidURL(f"the prefix of s3://{bucket}/{prefix[:40]}... leaves no room for keys")
-    return StorageCapabilities(
-        conditional_create=True,
-        conditional_update=True,
-        conditional_streaming_write=True,
+    return _all_flags(
         signed_urls=True,
-        server_side_copy=True,
-        multipart=True,
         max_key_bytes=S3_MAX_KEY_BYTES - root,
         max_object_bytes=S3_MAX_PUT_BYTES,
         max_metadata_bytes=2048,
@@ -77,13 +90,8 @@ def gcs_capabilities(prefix: str, *, signed_urls: bool, min_part_bytes: int) -> 
             (resumable chunks are multiples of 256 KiB; XML multipart parts
             at least 5 MiB).
     """
-    return StorageCapabilities(
-        conditional_create=True,
-        conditional_update=True,
-        conditional_streaming_write=True,
+    return _all_flags(
         signed_urls=signed_urls,
-        server_side_copy=True,
-        multipart=True,
         max_key_bytes=GCS_MAX_NAME_BYTES - _root_bytes(prefix),
         max_object_bytes=GCS_MAX_OBJECT_BYTES,
         max_metadata_bytes=GCS_MAX_METADATA_BYTES,
@@ -108,13 +116,8 @@ def azure_blob_capabilities(prefix: str, *, signed_urls: bool, max_object_bytes:
         raise InvalidURL(
             f"the prefix is {_root_bytes(prefix)} bytes with its slash; Azure blob names are at most {AZURE_MAX_BLOB_NAME}"
         )
-    return StorageCapabilities(
-        conditional_create=True,
-        conditional_update=True,
-        conditional_streaming_write=True,
+    return _all_flags(
         signed_urls=signed_urls,
-        server_side_copy=True,
-        multipart=True,
         max_key_bytes=room,
         max_object_bytes=max_object_bytes,
         max_metadata_bytes=2048,

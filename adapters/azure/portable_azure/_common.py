@@ -49,18 +49,12 @@ reject_inline_secrets = reject_azure_inline_secrets
 
 @dataclass(frozen=True, slots=True, repr=False)
 class AzureAuth(AzureCredentials):
-    """Where a storage account is and how to sign requests to it, with the azure-identity objects.
+    """:class:`~portable.driver.credentials.AzureCredentials` with the azure-identity objects to sign with.
 
     Build one with :func:`resolve_auth` (from a URL and the environment) or
     directly for programmatic use. The secrets are kept out of ``repr``.
 
     Attributes:
-        account: the storage account name.
-        endpoint: the service URL (``https://acct.blob.core.windows.net`` or
-            ``http://127.0.0.1:10000/devstoreaccount1`` for Azurite); never a secret.
-        kind: ``connection_string``, ``key``, ``sas``, ``identity`` or ``anonymous``.
-        account_key: the shared key (``key`` and key-bearing connection strings).
-        sas_token: a SAS query string without the leading ``?`` (``sas``).
         token_credential: a synchronous azure-identity credential to use for
             ``identity`` instead of ``DefaultAzureCredential``.
         async_token_credential: its ``azure.identity.aio`` twin, for the async
@@ -95,24 +89,8 @@ class AzureAuth(AzureCredentials):
         return None
 
 
-def resolve_auth(
-    url: ParsedURL,
-    service: AzureService,
-    *,
-    account: str | None,
-    endpoint: str | None,
-) -> AzureAuth:
-    """Read the credential options of ``url`` (and the environment) into an :class:`AzureAuth`.
-
-    Options read: ``auth``, ``connection_string_env``, ``account_key_env``,
-    ``sas_token_env``. ``account`` and ``endpoint`` come from the caller,
-    which read them from the URL already.
-
-    Raises:
-        InvalidURL: an unknown ``auth`` kind.
-        ConfigError: a named variable is unset, a connection string is malformed,
-            or no account name can be found.
-    """
+def resolve_auth(url: ParsedURL, service: AzureService, *, account: str | None, endpoint: str | None) -> AzureAuth:
+    """:func:`~portable.driver.credentials.resolve_azure_credentials` (same options, same errors), as an AzureAuth."""
     found = resolve_azure_credentials(url, service, account=account, endpoint=endpoint)
     return AzureAuth(found.account, found.endpoint, found.kind, found.account_key, found.sas_token)
 

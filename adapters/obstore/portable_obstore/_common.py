@@ -486,28 +486,18 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
         result = await obstore.get_async(self.store, self._root + key, options={"head": True})
         return self._info(key, result.meta, result.attributes)
 
+    def _put_arguments(self, options: WriteOptions) -> dict[str, Any]:
+        """obstore's ``put`` arguments of a write: one request (a condition cannot ride on a multipart upload)."""
+        return {"attributes": self.attributes(options), "mode": self.put_mode(options), "use_multipart": False}
+
     def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
         if attempt_timeout() is not None:
             return self._call(self._aput, key, data, options)
-        result = obstore.put(
-            self.store,
-            self._root + key,
-            data,
-            attributes=self.attributes(options),
-            mode=self.put_mode(options),
-            use_multipart=False,
-        )
+        result = obstore.put(self.store, self._root + key, data, **self._put_arguments(options))
         return self.etag_of(result)
 
     async def _aput(self, key: str, data: bytes, options: WriteOptions) -> str | None:
-        result = await obstore.put_async(
-            self.store,
-            self._root + key,
-            data,
-            attributes=self.attributes(options),
-            mode=self.put_mode(options),
-            use_multipart=False,
-        )
+        result = await obstore.put_async(self.store, self._root + key, data, **self._put_arguments(options))
         return self.etag_of(result)
 
     def delete(self, key: str) -> None:
