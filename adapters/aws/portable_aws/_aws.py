@@ -23,6 +23,7 @@ from portable.urls import ParsedURL
 __all__ = [
     "AWSClassifier",
     "AWSOptions",
+    "BotoClientOwner",
     "aws_error_code",
     "boto_config",
     "boto_config_kwargs",
@@ -344,3 +345,24 @@ class AWSClassifier(Classifier):
 def _condition(exc: BaseException) -> str:
     found = client_error_of(exc)
     return str(found.response.get("Error", {}).get("Condition", "")) if found is not None else ""
+
+
+class BotoClientOwner:
+    """``as_()`` and ``close()`` of a driver that holds one boto3 client as ``self.client``.
+
+    Mixed in first, so that its ``as_`` answers before :class:`~portable.driver.Classifier`'s.
+    """
+
+    client: Any
+
+    def as_(self, kind: type[Any]) -> Any:
+        """The boto3 client for ``botocore.client.BaseClient`` (or its own class), else None."""
+        from botocore.client import BaseClient
+
+        if kind is BaseClient or isinstance(self.client, kind):
+            return self.client
+        return None
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self.client.close()

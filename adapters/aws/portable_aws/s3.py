@@ -111,7 +111,76 @@ _DELETE_BATCH = 1000
 check_bucket_name = check_s3_bucket_name
 
 
-class S3Storage(AWSClassifier, StorageDriver):
+class _S3Batches:
+    """The batch methods: one event loop, bounded concurrency, no thread per object.
+
+    Mixed into :class:`S3Storage`, whose coroutines (``_get``, ``_put``, ...) each object runs;
+    deletes go 1,000 keys a DeleteObjects request.
+    """
+
+    bucket: str
+    _root: str
+    batch_concurrency: int
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        results = self._run(self._gather, self._get, [(k,) for k in keys])
+        yield from zip(keys, results, strict=True)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> Iterator[tuple[str, str | BaseException | None]]:
+        results = self._run(self._gather, self._put, [(k, d, options) for k, d in items])
+        yield from zip((k for k, _ in items), results, strict=True)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        results = self._run(self._delete_batches, keys)
+        yield from zip(keys, results, strict=True)
+
+    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
+        results = self._run(self._gather, self._copy, pairs)
+        yield from zip((dst for _, dst in pairs), results, strict=True)
+
+    async def _gather(self, fn: Callable[..., Awaitable[T]], calls: list[tuple[Any, ...]]) -> list[T | BaseException]:
+        await self._s3()
+        limit = asyncio.Semaphore(self.batch_concurrency)
+
+        async def one(args: tuple[Any, ...]) -> T | BaseException:
+            async with limit:
+                try:
+                    return await fn(*args)
+                except Exception as exc:
+                    return exc
+
+        return await asyncio.gather(*(one(a) for a in calls))
+
+    async def _delete_batches(self, keys: list[str]) -> list[BaseException | None]:
+        """DeleteObjects, 1,000 keys a request; per-key errors come back as ClientErrors."""
+        from botocore.exceptions import ClientError
+
+        s3 = await self._s3()
+        out: dict[str, BaseException | None] = {}
+        for i in range(0, len(keys), _DELETE_BATCH):
+            chunk = keys[i : i + _DELETE_BATCH]
+            try:
+                resp = await s3.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": self._root + k} for k in chunk], "Quiet": True},
+                )
+            except Exception as exc:
+                out.update((k, exc) for k in chunk)
+                continue
+            cut = len(self._root)
+            for err in resp.get("Errors", ()):
+                key = str(err.get("Key", ""))[cut:]
+                if err.get("Code") == "NoSuchKey":
+                    continue
+                out[key] = ClientError(
+                    {"Error": {"Code": err.get("Code", ""), "Message": err.get("Message", "")}}, "DeleteObjects"
+                )
+        return [out.get(k) for k in keys]
+
+
+class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
     """Objects in one S3 bucket, optionally under a prefix."""
 
     scheme = "s3"
@@ -308,64 +377,6 @@ class S3Storage(AWSClassifier, StorageDriver):
         prefixes = [p["Prefix"][cut:] for p in resp.get("CommonPrefixes", ())]
         next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
         return ListPage(objects, prefixes, next_token)
-
-    # -- batches: one event loop, bounded concurrency, no thread per object
-    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
-        results = self._run(self._gather, self._get, [(k,) for k in keys])
-        yield from zip(keys, results, strict=True)
-
-    def put_many(
-        self, items: list[tuple[str, bytes]], options: WriteOptions
-    ) -> Iterator[tuple[str, str | BaseException | None]]:
-        results = self._run(self._gather, self._put, [(k, d, options) for k, d in items])
-        yield from zip((k for k, _ in items), results, strict=True)
-
-    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
-        results = self._run(self._delete_batches, keys)
-        yield from zip(keys, results, strict=True)
-
-    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
-        results = self._run(self._gather, self._copy, pairs)
-        yield from zip((dst for _, dst in pairs), results, strict=True)
-
-    async def _gather(self, fn: Callable[..., Awaitable[T]], calls: list[tuple[Any, ...]]) -> list[T | BaseException]:
-        await self._s3()
-        limit = asyncio.Semaphore(self.batch_concurrency)
-
-        async def one(args: tuple[Any, ...]) -> T | BaseException:
-            async with limit:
-                try:
-                    return await fn(*args)
-                except Exception as exc:
-                    return exc
-
-        return await asyncio.gather(*(one(a) for a in calls))
-
-    async def _delete_batches(self, keys: list[str]) -> list[BaseException | None]:
-        """DeleteObjects, 1,000 keys a request; per-key errors come back as ClientErrors."""
-        from botocore.exceptions import ClientError
-
-        s3 = await self._s3()
-        out: dict[str, BaseException | None] = {}
-        for i in range(0, len(keys), _DELETE_BATCH):
-            chunk = keys[i : i + _DELETE_BATCH]
-            try:
-                resp = await s3.delete_objects(
-                    Bucket=self.bucket,
-                    Delete={"Objects": [{"Key": self._root + k} for k in chunk], "Quiet": True},
-                )
-            except Exception as exc:
-                out.update((k, exc) for k in chunk)
-                continue
-            cut = len(self._root)
-            for err in resp.get("Errors", ()):
-                key = str(err.get("Key", ""))[cut:]
-                if err.get("Code") == "NoSuchKey":
-                    continue
-                out[key] = ClientError(
-                    {"Error": {"Code": err.get("Code", ""), "Message": err.get("Message", "")}}, "DeleteObjects"
-                )
-        return [out.get(k) for k in keys]
 
     # -- signed URLs and escape hatches ---------------------------------
     def signed_url(

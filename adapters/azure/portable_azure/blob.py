@@ -170,7 +170,72 @@ class BlobChangedWhileReading(Exception):
     """The blob was overwritten between the chunks of one read; reading again succeeds."""
 
 
-class BlobStorage(AzureClassifier, StorageDriver):
+class _BlobBatches:
+    """The batch methods: many requests in flight on adlfs's async client, on fsspec's loop.
+
+    Mixed into :class:`BlobStorage`, which holds the clients; single-object calls use the synchronous client.
+    """
+
+    _container: Any
+    _max_concurrency: int
+    batch_concurrency: int
+
+    def _gather(self, fn: Callable[..., Awaitable[Any]], args: list[tuple[Any, ...]]) -> list[Any]:
+        async def all_of() -> list[Any]:
+            gate = asyncio.Semaphore(self.batch_concurrency)
+
+            async def one(arg: tuple[Any, ...]) -> Any:
+                async with gate:
+                    return await fn(*arg)
+
+            return await asyncio.gather(*(one(a) for a in args), return_exceptions=True)
+
+        return self._run(all_of)
+
+    async def _aget(self, name: str) -> bytes:
+        from azure.core.exceptions import ResourceModifiedError
+
+        try:
+            stream = await self._container.download_blob(name, max_concurrency=self._max_concurrency, **self._kw())
+            data: bytes = await stream.readall()
+        except ResourceModifiedError as exc:
+            raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
+        return data
+
+    async def _aput(self, name: str, data: bytes, options: WriteOptions) -> str | None:
+        result = await self._container.get_blob_client(name).upload_blob(
+            data,
+            overwrite=not options.if_none_match,
+            length=len(data),
+            max_concurrency=self._max_concurrency,
+            **self._write_kwargs(options),
+            **self._kw(),
+        )
+        return _etag_of(result)
+
+    async def _adelete(self, name: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            await self._container.delete_blob(name, delete_snapshots="include", **self._kw())
+        except ResourceNotFoundError as exc:
+            if error_code(exc) == "ContainerNotFound":
+                raise
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        yield from zip(keys, self._gather(self._aget, [(self._name(k),) for k in keys]), strict=True)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> Iterator[tuple[str, str | BaseException | None]]:
+        results = self._gather(self._aput, [(self._name(k), d, options) for k, d in items])
+        yield from zip((k for k, _ in items), results, strict=True)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        yield from zip(keys, self._gather(self._adelete, [(self._name(k),) for k in keys]), strict=True)
+
+
+class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
     """A container (or a prefix in one) of an Azure storage account."""
 
     scheme = "az"
@@ -463,61 +528,6 @@ class BlobStorage(AzureClassifier, StorageDriver):
             start=now - dt.timedelta(minutes=5),  # tolerate clock skew
         )
         return f"{self._blob(name).url}?{sas}"
-
-    # -- batches: many requests in flight on adlfs's async client ------------
-    def _gather(self, fn: Callable[..., Awaitable[Any]], args: list[tuple[Any, ...]]) -> list[Any]:
-        async def all_of() -> list[Any]:
-            gate = asyncio.Semaphore(self.batch_concurrency)
-
-            async def one(arg: tuple[Any, ...]) -> Any:
-                async with gate:
-                    return await fn(*arg)
-
-            return await asyncio.gather(*(one(a) for a in args), return_exceptions=True)
-
-        return self._run(all_of)
-
-    async def _aget(self, name: str) -> bytes:
-        from azure.core.exceptions import ResourceModifiedError
-
-        try:
-            stream = await self._container.download_blob(name, max_concurrency=self._max_concurrency, **self._kw())
-            data: bytes = await stream.readall()
-        except ResourceModifiedError as exc:
-            raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
-        return data
-
-    async def _aput(self, name: str, data: bytes, options: WriteOptions) -> str | None:
-        result = await self._container.get_blob_client(name).upload_blob(
-            data,
-            overwrite=not options.if_none_match,
-            length=len(data),
-            max_concurrency=self._max_concurrency,
-            **self._write_kwargs(options),
-            **self._kw(),
-        )
-        return _etag_of(result)
-
-    async def _adelete(self, name: str) -> None:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            await self._container.delete_blob(name, delete_snapshots="include", **self._kw())
-        except ResourceNotFoundError as exc:
-            if error_code(exc) == "ContainerNotFound":
-                raise
-
-    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
-        yield from zip(keys, self._gather(self._aget, [(self._name(k),) for k in keys]), strict=True)
-
-    def put_many(
-        self, items: list[tuple[str, bytes]], options: WriteOptions
-    ) -> Iterator[tuple[str, str | BaseException | None]]:
-        results = self._gather(self._aput, [(self._name(k), d, options) for k, d in items])
-        yield from zip((k for k, _ in items), results, strict=True)
-
-    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
-        yield from zip(keys, self._gather(self._adelete, [(self._name(k),) for k in keys]), strict=True)
 
     # -- escape hatches ----------------------------------------------------
     def as_(self, kind: type[Any]) -> Any:

@@ -158,7 +158,6 @@ check_bucket_name = check_gcs_bucket_name
 _HTTP_CODES = {**HTTP_STATUS_CODES, 409: ErrorCode.ALREADY_EXISTS}
 
 
-
 class _SingleShotGCSFileSystem(gcsfs.core.GCSFileSystem):  # type: ignore[misc]
     """gcsfs with its per-request retry loop removed: one call, one HTTP request.
 
@@ -240,7 +239,51 @@ class GCSClassifier(Classifier):
         return super().code_of(exc)
 
 
-class GCSStorage(GCSClassifier, StorageDriver):
+class _GCSBatches:
+    """The batch methods: one asyncio.gather on gcsfs's loop, not a thread per object.
+
+    Mixed into :class:`GCSStorage`, whose coroutines (``_aget``, ``_aput``, ...) each object runs.
+    """
+
+    batch_concurrency: int
+
+    def _gather(self, fn: Callable[[Any], Awaitable[Any]], items: list[Any]) -> list[Any]:
+        async def run() -> list[Any]:
+            gate = asyncio.Semaphore(self.batch_concurrency)
+
+            async def one(item: Any) -> Any:
+                async with gate:
+                    try:
+                        return await fn(item)
+                    except Exception as exc:
+                        return exc
+
+            return await asyncio.gather(*(one(item) for item in items))
+
+        return self._run(run)
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        yield from zip(keys, self._gather(self._aget, keys), strict=True)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> Iterator[tuple[str, str | BaseException | None]]:
+        async def one(item: tuple[str, bytes]) -> str:
+            return await self._aput(item[0], item[1], options)
+
+        yield from zip((key for key, _ in items), self._gather(one, items), strict=True)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        yield from zip(keys, self._gather(self._adelete, keys), strict=True)
+
+    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
+        async def one(pair: tuple[str, str]) -> str:
+            return await self._acopy(pair[0], pair[1])
+
+        yield from zip((dst for _, dst in pairs), self._gather(one, pairs), strict=True)
+
+
+class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
     """A GCS bucket (optionally a prefix in it) through a retry-free gcsfs client."""
 
     scheme = "gs"
@@ -498,42 +541,6 @@ class GCSStorage(GCSClassifier, StorageDriver):
         self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
     ) -> ListPage:
         return self._run(self._alist, prefix, delimiter, start_after, page_size, token)
-
-    # -- batches: one asyncio.gather on gcsfs's loop, not a thread per object ---
-    def _gather(self, fn: Callable[[Any], Awaitable[Any]], items: list[Any]) -> list[Any]:
-        async def run() -> list[Any]:
-            gate = asyncio.Semaphore(self.batch_concurrency)
-
-            async def one(item: Any) -> Any:
-                async with gate:
-                    try:
-                        return await fn(item)
-                    except Exception as exc:
-                        return exc
-
-            return await asyncio.gather(*(one(item) for item in items))
-
-        return self._run(run)
-
-    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
-        yield from zip(keys, self._gather(self._aget, keys), strict=True)
-
-    def put_many(
-        self, items: list[tuple[str, bytes]], options: WriteOptions
-    ) -> Iterator[tuple[str, str | BaseException | None]]:
-        async def one(item: tuple[str, bytes]) -> str:
-            return await self._aput(item[0], item[1], options)
-
-        yield from zip((key for key, _ in items), self._gather(one, items), strict=True)
-
-    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
-        yield from zip(keys, self._gather(self._adelete, keys), strict=True)
-
-    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
-        async def one(pair: tuple[str, str]) -> str:
-            return await self._acopy(pair[0], pair[1])
-
-        yield from zip((dst for _, dst in pairs), self._gather(one, pairs), strict=True)
 
     # -- signed URLs, escape hatches ---------------------------------------------
     def signed_url(
