@@ -21,8 +21,8 @@ Options:
     ``connection_string_env`` / ``account_key_env`` / ``sas_token_env`` (str):
         the *name* of the environment variable that holds the secret. Defaults
         to ``AZURE_STORAGE_CONNECTION_STRING`` / ``AZURE_STORAGE_ACCOUNT_KEY`` /
-        ``AZURE_STORAGE_SAS_TOKEN``. See :mod:`portable_azure._common` for the
-        order in which ``auth=auto`` looks.
+        ``AZURE_STORAGE_SAS_TOKEN``. See :mod:`portable.driver.credentials`
+        for the order in which ``auth=auto`` looks (the obstore engine's too).
     ``max_concurrency`` (int): parallel requests of one large get/put and of
         the batch methods. Defaults to 8.
     ``timeout`` (float): seconds to wait for a response (per request).

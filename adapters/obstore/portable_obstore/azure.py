@@ -25,7 +25,8 @@ Options (the same as the fsspec engine's):
         the *name* of the environment variable holding the secret. Defaults to
         ``AZURE_STORAGE_CONNECTION_STRING`` / ``AZURE_STORAGE_ACCOUNT_KEY`` /
         ``AZURE_STORAGE_SAS_TOKEN``; ``auth=auto`` tries them in that order
-        (a named variable first), then ``identity``.
+        (a named variable first), then ``identity``: the fsspec engine's
+        resolution, :func:`portable.driver.credentials.resolve_azure_credentials`.
     ``max_concurrency`` (int): objects in flight in the batch methods.
         Defaults to 8.
     ``timeout`` (float): seconds per request. Defaults to 60.
