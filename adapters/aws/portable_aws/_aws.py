@@ -10,29 +10,29 @@ budget. Errors stay native (``botocore.exceptions.ClientError`` and friends);
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from portable.driver import Classifier
-from portable.errors import ErrorCode, InvalidURL
+from portable.driver.naming import take_aws_options
+from portable.errors import ErrorCode
 from portable.urls import ParsedURL
 
 __all__ = [
     "AWSClassifier",
     "AWSOptions",
+    "BotoClientOwner",
     "aws_error_code",
     "boto_config",
+    "boto_config_kwargs",
     "client_error_of",
     "new_client",
 ]
 
 #: botocore configuration that turns the SDK's own retries off.
 NO_RETRIES: dict[str, Any] = {"total_max_attempts": 1, "mode": "standard"}
-
-_REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}-\d{1,2}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,16 +55,7 @@ class AWSOptions:
     @classmethod
     def take(cls, url: ParsedURL) -> AWSOptions:
         """Read ``region``, ``endpoint_url``, ``profile`` and ``timeout`` from ``url``."""
-        region = url.take_str("region")
-        if region is not None and not _REGION.match(region):
-            raise InvalidURL(f"region={region!r} in {url} is not an AWS region such as 'eu-west-1'")
-        endpoint = url.take_str("endpoint_url")
-        if endpoint is not None and not re.match(r"^https?://[^/?#\s]+", endpoint):
-            raise InvalidURL(f"endpoint_url in {url} must be http(s)://host[:port], got {endpoint!r}")
-        timeout = url.take("timeout", float, 30.0)
-        if not 0 < timeout <= 3600:
-            raise InvalidURL(f"timeout in {url} must be between 0 and 3600 seconds, got {timeout}")
-        return cls(region, endpoint.rstrip("/") if endpoint else None, url.take_str("profile"), timeout)
+        return cls(*take_aws_options(url))
 
     def describe(self, service: str) -> str:
         """The endpoint for breaker keys and messages (never a secret)."""
@@ -104,17 +95,25 @@ def new_client(service: str, options: AWSOptions, config: Any) -> Any:
         return session.client(service, config=config, **options.client_kwargs())
 
 
+def boto_config_kwargs(options: AWSOptions, *, pool: int = 10, **extra: Any) -> dict[str, Any]:
+    """The arguments of a ``botocore.config.Config`` with retries off and the given timeouts and pool.
+
+    s3fs takes them as ``config_kwargs`` and builds the Config itself.
+    """
+    return {
+        "retries": dict(NO_RETRIES),
+        "connect_timeout": options.timeout,
+        "read_timeout": options.timeout,
+        "max_pool_connections": pool,
+        **extra,
+    }
+
+
 def boto_config(options: AWSOptions, *, pool: int = 10, **extra: Any) -> Any:
     """A ``botocore.config.Config`` with retries off and the given timeouts and pool."""
     from botocore.config import Config
 
-    return Config(
-        retries=dict(NO_RETRIES),
-        connect_timeout=options.timeout,
-        read_timeout=options.timeout,
-        max_pool_connections=pool,
-        **extra,
-    )
+    return Config(**boto_config_kwargs(options, pool=pool, **extra))
 
 
 def client_error_of(exc: BaseException) -> Any:
@@ -346,3 +345,24 @@ class AWSClassifier(Classifier):
 def _condition(exc: BaseException) -> str:
     found = client_error_of(exc)
     return str(found.response.get("Error", {}).get("Condition", "")) if found is not None else ""
+
+
+class BotoClientOwner:
+    """``as_()`` and ``close()`` of a driver that holds one boto3 client as ``self.client``.
+
+    Mixed in first, so that its ``as_`` answers before :class:`~portable.driver.Classifier`'s.
+    """
+
+    client: Any
+
+    def as_(self, kind: type[Any]) -> Any:
+        """The boto3 client for ``botocore.client.BaseClient`` (or its own class), else None."""
+        from botocore.client import BaseClient
+
+        if kind is BaseClient or isinstance(self.client, kind):
+            return self.client
+        return None
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self.client.close()

@@ -82,261 +82,46 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import IO, Any, Literal, TypeVar
 
-from portable.driver.storage import (
-    ListPage,
-    ObjectInfo,
-    StorageCapabilities,
-    StorageDriver,
-    WriteOptions,
-    WriteStream,
-)
-from portable.errors import InvalidURL
-from portable.provider_names import check_s3_bucket_name
+from portable.driver.http import range_header
+from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
+from portable.driver.naming import check_s3_bucket_name, parse_s3_url
+from portable.driver.storage import ListPage, ObjectInfo, StorageDriver, WriteOptions, WriteStream
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
-from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config, new_client
+from ._aws import (
+    AWSClassifier,
+    AWSOptions,
+    aws_error_code,
+    boto_config,
+    boto_config_kwargs,
+    new_client,
+)
 
 __all__ = ["S3Storage", "check_bucket_name"]
 
 T = TypeVar("T")
 
 #: The largest object one PutObject sends.
-MAX_PUT_BYTES = 5 * 1024**3
+MAX_PUT_BYTES = S3_MAX_PUT_BYTES
 #: S3's key limit in UTF-8 bytes.
-MAX_KEY_BYTES = 1024
+MAX_KEY_BYTES = S3_MAX_KEY_BYTES
 _DELETE_BATCH = 1000
 
 check_bucket_name = check_s3_bucket_name
 
 
+class _S3Batches:
+    """The batch methods: one event loop, bounded concurrency, no thread per object.
 
-class S3Storage(AWSClassifier, StorageDriver):
-    """Objects in one S3 bucket, optionally under a prefix."""
+    Mixed into :class:`S3Storage`, whose coroutines (``_get``, ``_put``, ...) each object runs;
+    deletes go 1,000 keys a DeleteObjects request.
+    """
 
-    scheme = "s3"
+    bucket: str
+    _root: str
+    batch_concurrency: int
 
-    def __init__(
-        self,
-        bucket: str,
-        prefix: str = "",
-        *,
-        options: AWSOptions | None = None,
-        addressing_style: Literal["auto", "path", "virtual"] | None = None,
-        concurrency: int = 64,
-    ) -> None:
-        import s3fs  # imported here so that a missing SDK names the extra, not a traceback
-
-        self.bucket = check_bucket_name(bucket)
-        self.prefix = prefix.strip("/")
-        self._root = f"{self.prefix}/" if self.prefix else ""
-        self.options = options or AWSOptions()
-        self.endpoint = self.options.describe("s3")
-        self.batch_concurrency = concurrency
-        root_bytes = len(self._root.encode("utf-8"))
-        if root_bytes >= MAX_KEY_BYTES - 16:
-            raise InvalidURL(f"the prefix of s3://{bucket}/{self.prefix[:40]}... leaves no room for keys")
-        self.capabilities = StorageCapabilities(
-            conditional_create=True,
-            conditional_update=True,
-            conditional_streaming_write=True,
-            signed_urls=True,
-            server_side_copy=True,
-            multipart=True,
-            max_key_bytes=MAX_KEY_BYTES - root_bytes,
-            max_object_bytes=MAX_PUT_BYTES,
-            max_metadata_bytes=2048,
-            min_part_bytes=5 * 1024 * 1024,
-        )
-        style = addressing_style or ("path" if self.options.endpoint_url else "auto")
-        self._config_kwargs: dict[str, Any] = {
-            "retries": {"total_max_attempts": 1, "mode": "standard"},
-            "connect_timeout": self.options.timeout,
-            "read_timeout": self.options.timeout,
-            "max_pool_connections": max(10, concurrency),
-            "s3": {"addressing_style": style},
-            "signature_version": "s3v4",  # presigned URLs: botocore would sign them SigV2
-        }
-        session_kwargs = {"profile": self.options.profile} if self.options.profile else {}
-        self.fs = s3fs.S3FileSystem(
-            client_kwargs=self.options.client_kwargs(),
-            config_kwargs=self._config_kwargs,
-            skip_instance_cache=True,
-            use_listings_cache=False,
-            cache_regions=False,
-            max_concurrency=1,
-            **session_kwargs,
-        )
-        self.fs.retries = 1
-        self._loop = self.fs.loop
-        self._client: Any = None
-        self._client_lock = threading.Lock()
-        self._sync_client: Any = None
-
-    @classmethod
-    def from_url(cls, url: ParsedURL) -> S3Storage:
-        if not url.host:
-            raise InvalidURL(f"{url} names no bucket: write s3://BUCKET[/PREFIX]")
-        options = AWSOptions.take(url)
-        style = url.take_str("addressing_style")
-        if style not in (None, "auto", "path", "virtual"):
-            raise InvalidURL(f"addressing_style in {url} must be auto, path or virtual, got {style!r}")
-        concurrency = url.take("concurrency", int, 64)
-        if not 1 <= concurrency <= 512:
-            raise InvalidURL(f"concurrency in {url} must be from 1 to 512, got {concurrency}")
-        url.done()
-        prefix = url.path.strip("/")
-        if prefix and (".." in prefix.split("/") or "//" in prefix):
-            raise InvalidURL(f"the prefix of {url} has an empty or '..' segment")
-        return cls(url.host, prefix, options=options, addressing_style=style, concurrency=concurrency)  # type: ignore[arg-type]
-
-    def __repr__(self) -> str:
-        return f"S3Storage(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self.endpoint!r})"
-
-    # -- plumbing --------------------------------------------------------
-    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run coroutine function ``fn`` on s3fs's event loop, bounded by the attempt's timeout."""
-        from fsspec.asyn import sync
-
-        limit = attempt_timeout()
-        if limit is not None:
-            limit = max(limit, 0.001)  # fsspec reads a timeout of 0 as "none"
-        return sync(self._loop, fn, *args, timeout=limit)  # type: ignore[no-any-return]
-
-    async def _s3(self) -> Any:
-        client = self._client
-        if client is None:
-            client = self._client = await self.fs.set_session()
-        return client
-
-    def _key(self, key: str) -> str:
-        return self._root + key
-
-    # -- whole objects ---------------------------------------------------
-    def get(self, key: str) -> bytes:
-        return self._run(self._get, key)
-
-    async def _get(self, key: str, range_header: str | None = None) -> bytes:
-        s3 = self._client or await self._s3()
-        if range_header is None:
-            resp = await s3.get_object(Bucket=self.bucket, Key=self._root + key)
-        else:
-            resp = await s3.get_object(Bucket=self.bucket, Key=self._root + key, Range=range_header)
-        body = resp["Body"]
-        try:
-            return await body.read()  # type: ignore[no-any-return]
-        finally:
-            body.close()
-
-    def get_range(self, key: str, start: int, end: int | None) -> bytes:
-        return self._run(self._get_range, key, start, end)
-
-    async def _get_range(self, key: str, start: int, end: int | None) -> bytes:
-        header = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
-        try:
-            return await self._get(key, header)
-        except Exception as exc:
-            code, status = aws_error_code(exc)
-            if code == "InvalidRange" or status == 416:
-                return b""  # S3 answers 416 when start >= size: the object exists, the slice is empty
-            raise
-
-    def head(self, key: str) -> ObjectInfo:
-        return self._run(self._head, key)
-
-    async def _head(self, key: str) -> ObjectInfo:
-        s3 = self._client or await self._s3()
-        resp = await s3.head_object(Bucket=self.bucket, Key=self._root + key)
-        return ObjectInfo(
-            key=key,
-            size=int(resp.get("ContentLength", 0)),
-            etag=resp.get("ETag"),
-            modified=resp.get("LastModified"),
-            content_type=resp.get("ContentType"),
-            metadata=dict(resp.get("Metadata") or {}),
-        )
-
-    def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
-        return self._run(self._put, key, data, options)
-
-    async def _put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
-        s3 = self._client or await self._s3()
-        kwargs = _write_kwargs(options)
-        if options.if_none_match:
-            kwargs["IfNoneMatch"] = "*"
-        elif options.if_match is not None:
-            kwargs["IfMatch"] = options.if_match
-        resp = await s3.put_object(Bucket=self.bucket, Key=self._root + key, Body=data, **kwargs)
-        return resp.get("ETag")  # type: ignore[no-any-return]
-
-    def delete(self, key: str) -> None:
-        self._run(self._delete, key)
-
-    async def _delete(self, key: str) -> None:
-        s3 = self._client or await self._s3()
-        await s3.delete_object(Bucket=self.bucket, Key=self._root + key)
-
-    def copy(self, src: str, dst: str) -> str | None:
-        return self._run(self._copy, src, dst)
-
-    async def _copy(self, src: str, dst: str) -> str | None:
-        s3 = self._client or await self._s3()
-        source = {"Bucket": self.bucket, "Key": self._root + src}
-        try:
-            resp = await s3.copy_object(Bucket=self.bucket, Key=self._root + dst, CopySource=source)
-        except Exception as exc:
-            code, _status = aws_error_code(exc)
-            if code != "InvalidRequest" or "copy source is larger" not in str(exc).lower():
-                raise
-            # Over 5 GiB CopyObject is refused: copy part by part, still server-side.
-            size = (await self._head(src)).size
-            await self.fs._copy_managed(f"{self.bucket}/{self._root}{src}", f"{self.bucket}/{self._root}{dst}", size)
-            return (await self._head(dst)).etag
-        return resp.get("CopyObjectResult", {}).get("ETag")  # type: ignore[no-any-return]
-
-    # -- streams ---------------------------------------------------------
-    def open_read(self, key: str) -> IO[bytes]:
-        # s3fs's file HEADs once for the size, then reads ahead in ranged GETs.
-        return self.fs.open(  # type: ignore[no-any-return]
-            f"{self.bucket}/{self._root}{key}", "rb", block_size=8 * 1024 * 1024, cache_type="readahead"
-        )
-
-    def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
-        return _S3Write(self, self._root + key, options, part_size)
-
-    # -- listing ---------------------------------------------------------
-    def list_page(
-        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
-    ) -> ListPage:
-        return self._run(self._list_page, prefix, delimiter, start_after, page_size, token)
-
-    async def _list_page(
-        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
-    ) -> ListPage:
-        s3 = self._client or await self._s3()
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._root + prefix, "MaxKeys": page_size}
-        if delimiter:
-            kwargs["Delimiter"] = delimiter
-        if token:
-            kwargs["ContinuationToken"] = token
-        elif start_after:
-            kwargs["StartAfter"] = self._root + start_after
-        resp = await s3.list_objects_v2(**kwargs)
-        cut = len(self._root)
-        objects = [
-            ObjectInfo(
-                key=item["Key"][cut:],
-                size=int(item.get("Size", 0)),
-                etag=item.get("ETag"),
-                modified=item.get("LastModified"),
-            )
-            for item in resp.get("Contents", ())
-        ]
-        prefixes = [p["Prefix"][cut:] for p in resp.get("CommonPrefixes", ())]
-        next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
-        return ListPage(objects, prefixes, next_token)
-
-    # -- batches: one event loop, bounded concurrency, no thread per object
     def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
         results = self._run(self._gather, self._get, [(k,) for k in keys])
         yield from zip(keys, results, strict=True)
@@ -372,7 +157,7 @@ class S3Storage(AWSClassifier, StorageDriver):
         """DeleteObjects, 1,000 keys a request; per-key errors come back as ClientErrors."""
         from botocore.exceptions import ClientError
 
-        s3 = self._client or await self._s3()
+        s3 = await self._s3()
         out: dict[str, BaseException | None] = {}
         for i in range(0, len(keys), _DELETE_BATCH):
             chunk = keys[i : i + _DELETE_BATCH]
@@ -394,6 +179,205 @@ class S3Storage(AWSClassifier, StorageDriver):
                 )
         return [out.get(k) for k in keys]
 
+
+class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
+    """Objects in one S3 bucket, optionally under a prefix."""
+
+    scheme = "s3"
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        options: AWSOptions | None = None,
+        addressing_style: Literal["auto", "path", "virtual"] | None = None,
+        concurrency: int = 64,
+    ) -> None:
+        import s3fs  # imported here so that a missing SDK names the extra, not a traceback
+
+        self.bucket = check_bucket_name(bucket)
+        self.prefix = prefix.strip("/")
+        self._root = f"{self.prefix}/" if self.prefix else ""
+        self.options = options or AWSOptions()
+        self.endpoint = self.options.describe("s3")
+        self.batch_concurrency = concurrency
+        self.capabilities = s3_capabilities(bucket, self.prefix)
+        self._addressing_style = addressing_style or ("path" if self.options.endpoint_url else "auto")
+        session_kwargs = {"profile": self.options.profile} if self.options.profile else {}
+        self.fs = s3fs.S3FileSystem(
+            client_kwargs=self.options.client_kwargs(),
+            config_kwargs=boto_config_kwargs(self.options, pool=max(10, concurrency), **self._s3_config()),
+            skip_instance_cache=True,
+            use_listings_cache=False,
+            cache_regions=False,
+            max_concurrency=1,
+            **session_kwargs,
+        )
+        self.fs.retries = 1
+        self._loop = self.fs.loop
+        self._client: Any = None
+        self._client_lock = threading.Lock()
+        self._sync_client: Any = None
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> S3Storage:
+        where = parse_s3_url(url, default_concurrency=64)
+        url.done()
+        return cls(
+            where.bucket,
+            where.prefix,
+            options=AWSOptions(*where.aws),
+            addressing_style=where.addressing_style,
+            concurrency=where.concurrency,
+        )
+
+    def __repr__(self) -> str:
+        return f"S3Storage(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self.endpoint!r})"
+
+    # -- plumbing --------------------------------------------------------
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run coroutine function ``fn`` on s3fs's event loop, bounded by the attempt's timeout."""
+        from fsspec.asyn import sync
+
+        limit = attempt_timeout()
+        if limit is not None:
+            limit = max(limit, 0.001)  # fsspec reads a timeout of 0 as "none"
+        return sync(self._loop, fn, *args, timeout=limit)  # type: ignore[no-any-return]
+
+    async def _s3(self) -> Any:
+        """The aiobotocore S3 client, made on first use (on s3fs's loop, which it is bound to)."""
+        client = self._client
+        if client is None:
+            client = self._client = await self.fs.set_session()
+        return client
+
+    def _s3_config(self) -> dict[str, Any]:
+        """What both clients (s3fs's async one, as_()'s boto3 one) add to the botocore configuration.
+
+        SigV4 throughout: botocore would presign URLs with SigV2.
+        """
+        return {"s3": {"addressing_style": self._addressing_style}, "signature_version": "s3v4"}
+
+    # -- whole objects ---------------------------------------------------
+    def get(self, key: str) -> bytes:
+        return self._run(self._get, key)
+
+    async def _get(self, key: str, span: str | None = None) -> bytes:
+        s3 = await self._s3()
+        if span is None:
+            resp = await s3.get_object(Bucket=self.bucket, Key=self._root + key)
+        else:
+            resp = await s3.get_object(Bucket=self.bucket, Key=self._root + key, Range=span)
+        body = resp["Body"]
+        try:
+            return await body.read()  # type: ignore[no-any-return]
+        finally:
+            body.close()
+
+    def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        return self._run(self._get_range, key, start, end)
+
+    async def _get_range(self, key: str, start: int, end: int | None) -> bytes:
+        try:
+            return await self._get(key, range_header(start, end))
+        except Exception as exc:
+            code, status = aws_error_code(exc)
+            if code == "InvalidRange" or status == 416:
+                return b""  # S3 answers 416 when start >= size: the object exists, the slice is empty
+            raise
+
+    def head(self, key: str) -> ObjectInfo:
+        return self._run(self._head, key)
+
+    async def _head(self, key: str) -> ObjectInfo:
+        s3 = await self._s3()
+        resp = await s3.head_object(Bucket=self.bucket, Key=self._root + key)
+        return ObjectInfo(
+            key=key,
+            size=int(resp.get("ContentLength", 0)),
+            etag=resp.get("ETag"),
+            modified=resp.get("LastModified"),
+            content_type=resp.get("ContentType"),
+            metadata=dict(resp.get("Metadata") or {}),
+        )
+
+    def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        return self._run(self._put, key, data, options)
+
+    async def _put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        s3 = await self._s3()
+        kwargs = {**_write_kwargs(options), **_condition_kwargs(options)}
+        resp = await s3.put_object(Bucket=self.bucket, Key=self._root + key, Body=data, **kwargs)
+        return resp.get("ETag")  # type: ignore[no-any-return]
+
+    def delete(self, key: str) -> None:
+        self._run(self._delete, key)
+
+    async def _delete(self, key: str) -> None:
+        s3 = await self._s3()
+        await s3.delete_object(Bucket=self.bucket, Key=self._root + key)
+
+    def copy(self, src: str, dst: str) -> str | None:
+        return self._run(self._copy, src, dst)
+
+    async def _copy(self, src: str, dst: str) -> str | None:
+        s3 = await self._s3()
+        source = {"Bucket": self.bucket, "Key": self._root + src}
+        try:
+            resp = await s3.copy_object(Bucket=self.bucket, Key=self._root + dst, CopySource=source)
+        except Exception as exc:
+            code, _status = aws_error_code(exc)
+            if code != "InvalidRequest" or "copy source is larger" not in str(exc).lower():
+                raise
+            # Over 5 GiB CopyObject is refused: copy part by part, still server-side.
+            size = (await self._head(src)).size
+            await self.fs._copy_managed(f"{self.bucket}/{self._root}{src}", f"{self.bucket}/{self._root}{dst}", size)
+            return (await self._head(dst)).etag
+        return resp.get("CopyObjectResult", {}).get("ETag")  # type: ignore[no-any-return]
+
+    # -- streams ---------------------------------------------------------
+    def open_read(self, key: str) -> IO[bytes]:
+        # s3fs's file HEADs once for the size, then reads ahead in ranged GETs.
+        return self.fs.open(  # type: ignore[no-any-return]
+            f"{self.bucket}/{self._root}{key}", "rb", block_size=8 * 1024 * 1024, cache_type="readahead"
+        )
+
+    def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
+        return _S3Write(self, self._root + key, options, part_size)
+
+    # -- listing ---------------------------------------------------------
+    def list_page(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> ListPage:
+        return self._run(self._list_page, prefix, delimiter, start_after, page_size, token)
+
+    async def _list_page(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> ListPage:
+        s3 = await self._s3()
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._root + prefix, "MaxKeys": page_size}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        if token:
+            kwargs["ContinuationToken"] = token
+        elif start_after:
+            kwargs["StartAfter"] = self._root + start_after
+        resp = await s3.list_objects_v2(**kwargs)
+        cut = len(self._root)
+        objects = [
+            ObjectInfo(
+                key=item["Key"][cut:],
+                size=int(item.get("Size", 0)),
+                etag=item.get("ETag"),
+                modified=item.get("LastModified"),
+            )
+            for item in resp.get("Contents", ())
+        ]
+        prefixes = [p["Prefix"][cut:] for p in resp.get("CommonPrefixes", ())]
+        next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
+        return ListPage(objects, prefixes, next_token)
+
     # -- signed URLs and escape hatches ---------------------------------
     def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
@@ -403,7 +387,7 @@ class S3Storage(AWSClassifier, StorageDriver):
     async def _signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
     ) -> str:
-        s3 = self._client or await self._s3()
+        s3 = await self._s3()
         params: dict[str, Any] = {"Bucket": self.bucket, "Key": self._root + key}
         if method == "PUT" and content_type:
             params["ContentType"] = content_type
@@ -429,8 +413,7 @@ class S3Storage(AWSClassifier, StorageDriver):
     def _boto3_client(self) -> Any:
         with self._client_lock:
             if self._sync_client is None:
-                extra = {"s3": dict(self._config_kwargs["s3"]), "signature_version": "s3v4"}
-                config = boto_config(self.options, pool=self.batch_concurrency, **extra)
+                config = boto_config(self.options, pool=self.batch_concurrency, **self._s3_config())
                 self._sync_client = new_client("s3", self.options, config)
             return self._sync_client
 
@@ -449,12 +432,22 @@ class S3Storage(AWSClassifier, StorageDriver):
 
 
 def _write_kwargs(options: WriteOptions) -> dict[str, Any]:
+    """The content type and user metadata of a write, as PutObject and CreateMultipartUpload take them."""
     kwargs: dict[str, Any] = {}
     if options.content_type:
         kwargs["ContentType"] = options.content_type
     if options.metadata:
         kwargs["Metadata"] = dict(options.metadata)
     return kwargs
+
+
+def _condition_kwargs(options: WriteOptions) -> dict[str, Any]:
+    """The condition of a write, as PutObject and CompleteMultipartUpload take it."""
+    if options.if_none_match:
+        return {"IfNoneMatch": "*"}
+    if options.if_match is not None:
+        return {"IfMatch": options.if_match}
+    return {}
 
 
 class _S3Write(WriteStream):
@@ -511,18 +504,13 @@ class _S3Write(WriteStream):
 
     async def _complete(self) -> str | None:
         s3 = await self._driver._s3()
-        kwargs: dict[str, Any] = {}
-        if self._options.if_none_match:
-            kwargs["IfNoneMatch"] = "*"
-        elif self._options.if_match is not None:
-            kwargs["IfMatch"] = self._options.if_match
         try:
             resp = await s3.complete_multipart_upload(
                 Bucket=self._driver.bucket,
                 Key=self._key,
                 UploadId=self._upload_id,
                 MultipartUpload={"Parts": self._parts},
-                **kwargs,
+                **_condition_kwargs(self._options),
             )
         except Exception as exc:
             code, _status = aws_error_code(exc)

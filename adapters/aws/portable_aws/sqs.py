@@ -116,7 +116,14 @@ from portable.driver.messaging import (
 from portable.errors import ErrorCode, InvalidURL, TooLarge
 from portable.urls import ParsedURL
 
-from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config, new_client
+from ._aws import (
+    AWSClassifier,
+    AWSOptions,
+    BotoClientOwner,
+    aws_error_code,
+    boto_config,
+    new_client,
+)
 
 __all__ = ["SQSMessaging", "check_queue_name"]
 
@@ -173,111 +180,19 @@ def text_body(body: bytes) -> str | None:
     return None if _NOT_TEXT.search(text) else text
 
 
-class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriver):
-    """One SQS queue: both the topic and the subscription."""
+class _SQSPublishing(TopicDriver):
+    """The publishing side of an SQS queue: the wire form of a message, batches, FIFO dedup memory.
 
-    scheme = "sqs"
+    Mixed into :class:`SQSMessaging`, which holds the client and the queue's settings.
+    """
 
-    def __init__(
-        self,
-        queue: str,
-        *,
-        options: AWSOptions | None = None,
-        owner: str | None = None,
-        max_message_bytes: int = 262144,
-    ) -> None:
-        self.queue = check_queue_name(queue)
-        self.fifo = queue.endswith(".fifo")
-        self.options = options or AWSOptions()
-        self.owner = owner
-        self.endpoint = self.options.describe("sqs")
-        self._queue_max = max_message_bytes
-        timeout_options = replace(self.options, timeout=max(self.options.timeout, 25.0))
-        self.client: Any = new_client("sqs", self.options, boto_config(timeout_options, pool=32))
-        self._queue_url: str | None = None
-        self._dead_letter_arn: str | None = None
-        self._open_lock = threading.Lock()
-        self._recent: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        self._recent_lock = threading.Lock()
-        self.capabilities = self._capabilities()
+    client: Any
+    queue: str
+    fifo: bool
+    _queue_url: str | None
+    _recent: OrderedDict[str, tuple[str, float]]
+    _recent_lock: threading.Lock
 
-    @classmethod
-    def from_url(cls, url: ParsedURL) -> SQSMessaging:
-        name = url.host
-        if not name:
-            raise InvalidURL(f"{url} names no queue: write sqs://QUEUE_NAME")
-        if url.path.strip("/"):
-            raise InvalidURL(f"{url}: an SQS queue URL is sqs://QUEUE_NAME, with no path")
-        options = AWSOptions.take(url)
-        owner = url.take_str("owner")
-        if owner is not None and not _ACCOUNT.match(owner):
-            raise InvalidURL(f"owner in {url} must be a 12-digit AWS account id")
-        max_bytes = url.take("max_message_bytes", int, 262144)
-        if not 1024 <= max_bytes <= 1048576:
-            raise InvalidURL(f"max_message_bytes in {url} must be from 1,024 to 1,048,576, got {max_bytes}")
-        url.done()
-        return cls(name, options=options, owner=owner, max_message_bytes=max_bytes)
-
-    def __repr__(self) -> str:
-        return f"SQSMessaging(queue={self.queue!r}, endpoint={self.endpoint!r})"
-
-    def _capabilities(self) -> MessagingCapabilities:
-        return MessagingCapabilities(
-            ordering=self.fifo,
-            native_dead_letter=self._dead_letter_arn is not None,
-            lease_extension=True,
-            exactly_once=False,
-            publish_dedup=self.fifo,
-            nack_delay=True,
-            delivery_count=True,
-            max_lease_seconds=43200.0,
-            min_lease_seconds=0.0,
-            lease_granularity_seconds=1.0,
-            max_message_bytes=self._queue_max - _OVERHEAD,
-            max_attributes=_SQS_MAX_ATTRIBUTES - 1,
-            dedup_window_seconds=_DEDUP_WINDOW if self.fifo else None,
-            max_batch=10,
-        )
-
-    # -- opening ---------------------------------------------------------
-    @property
-    def queue_url(self) -> str:
-        """The queue's URL, looked up on first use."""
-        url = self._queue_url
-        if url is None:
-            self._open()
-            url = self._queue_url
-            assert url is not None
-        return url
-
-    def _open(self) -> None:
-        with self._open_lock:
-            if self._queue_url is not None:
-                return
-            kwargs: dict[str, Any] = {"QueueName": self.queue}
-            if self.owner:
-                kwargs["QueueOwnerAWSAccountId"] = self.owner
-            url = self.client.get_queue_url(**kwargs)["QueueUrl"]
-            attrs = self.client.get_queue_attributes(
-                QueueUrl=url, AttributeNames=["RedrivePolicy", "MaximumMessageSize"]
-            ).get("Attributes", {})
-            policy = attrs.get("RedrivePolicy")
-            if policy:
-                self._dead_letter_arn = json.loads(policy).get("deadLetterTargetArn")
-            queue_max = int(attrs.get("MaximumMessageSize", 262144))
-            self._queue_max = min(self._queue_max, queue_max)
-            self._queue_url = url
-            self.capabilities = self._capabilities()
-
-    def topic(self) -> SQSMessaging:
-        self._open()
-        return self
-
-    def subscription(self) -> SQSMessaging:
-        self._open()
-        return self
-
-    # -- publishing ------------------------------------------------------
     def _entry(self, message: OutgoingMessage) -> tuple[dict[str, Any], int]:
         """SendMessage arguments for ``message`` and its size as SQS counts it."""
         body = message.body
@@ -384,6 +299,130 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
                 },
                 "SendMessageBatch",
             )
+
+
+class SQSClassifier(AWSClassifier):
+    """AWSClassifier with SQS's receipt-handle and batch-size codes."""
+
+    def code_of(self, exc: BaseException) -> ErrorCode:
+        code, _status = aws_error_code(exc)
+        if code in (
+            "ReceiptHandleIsInvalid",
+            "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
+            "MessageNotInflight",
+            "AWS.SimpleQueueService.MessageNotInflight",
+        ):
+            return ErrorCode.PRECONDITION_FAILED
+        if code == "InvalidParameterValue" and "receipt handle" in str(exc).lower():
+            return ErrorCode.PRECONDITION_FAILED
+        if code in ("AWS.SimpleQueueService.BatchRequestTooLong", "BatchRequestTooLong"):
+            return ErrorCode.TOO_LARGE
+        return super().code_of(exc)
+
+
+class SQSMessaging(BotoClientOwner, SQSClassifier, _SQSPublishing, MessagingDriver, TopicDriver, SubscriptionDriver):
+    """One SQS queue: both the topic and the subscription."""
+
+    scheme = "sqs"
+
+    def __init__(
+        self,
+        queue: str,
+        *,
+        options: AWSOptions | None = None,
+        owner: str | None = None,
+        max_message_bytes: int = 262144,
+    ) -> None:
+        self.queue = check_queue_name(queue)
+        self.fifo = queue.endswith(".fifo")
+        self.options = options or AWSOptions()
+        self.owner = owner
+        self.endpoint = self.options.describe("sqs")
+        self._queue_max = max_message_bytes
+        timeout_options = replace(self.options, timeout=max(self.options.timeout, 25.0))
+        self.client: Any = new_client("sqs", self.options, boto_config(timeout_options, pool=32))
+        self._queue_url: str | None = None
+        self._dead_letter_arn: str | None = None
+        self._open_lock = threading.Lock()
+        self._recent: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._recent_lock = threading.Lock()
+        self.capabilities = self._capabilities()
+
+    @classmethod
+    def from_url(cls, url: ParsedURL) -> SQSMessaging:
+        name = url.host
+        if not name:
+            raise InvalidURL(f"{url} names no queue: write sqs://QUEUE_NAME")
+        if url.path.strip("/"):
+            raise InvalidURL(f"{url}: an SQS queue URL is sqs://QUEUE_NAME, with no path")
+        options = AWSOptions.take(url)
+        owner = url.take_str("owner")
+        if owner is not None and not _ACCOUNT.match(owner):
+            raise InvalidURL(f"owner in {url} must be a 12-digit AWS account id")
+        max_bytes = url.take("max_message_bytes", int, 262144)
+        if not 1024 <= max_bytes <= 1048576:
+            raise InvalidURL(f"max_message_bytes in {url} must be from 1,024 to 1,048,576, got {max_bytes}")
+        url.done()
+        return cls(name, options=options, owner=owner, max_message_bytes=max_bytes)
+
+    def __repr__(self) -> str:
+        return f"SQSMessaging(queue={self.queue!r}, endpoint={self.endpoint!r})"
+
+    def _capabilities(self) -> MessagingCapabilities:
+        return MessagingCapabilities(
+            ordering=self.fifo,
+            native_dead_letter=self._dead_letter_arn is not None,
+            lease_extension=True,
+            exactly_once=False,
+            publish_dedup=self.fifo,
+            nack_delay=True,
+            delivery_count=True,
+            max_lease_seconds=43200.0,
+            min_lease_seconds=0.0,
+            lease_granularity_seconds=1.0,
+            max_message_bytes=self._queue_max - _OVERHEAD,
+            max_attributes=_SQS_MAX_ATTRIBUTES - 1,
+            dedup_window_seconds=_DEDUP_WINDOW if self.fifo else None,
+            max_batch=10,
+        )
+
+    # -- opening ---------------------------------------------------------
+    @property
+    def queue_url(self) -> str:
+        """The queue's URL, looked up on first use."""
+        url = self._queue_url
+        if url is None:
+            self._open()
+            url = self._queue_url
+            assert url is not None
+        return url
+
+    def _open(self) -> None:
+        with self._open_lock:
+            if self._queue_url is not None:
+                return
+            kwargs: dict[str, Any] = {"QueueName": self.queue}
+            if self.owner:
+                kwargs["QueueOwnerAWSAccountId"] = self.owner
+            url = self.client.get_queue_url(**kwargs)["QueueUrl"]
+            attrs = self.client.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["RedrivePolicy", "MaximumMessageSize"]
+            ).get("Attributes", {})
+            policy = attrs.get("RedrivePolicy")
+            if policy:
+                self._dead_letter_arn = json.loads(policy).get("deadLetterTargetArn")
+            queue_max = int(attrs.get("MaximumMessageSize", 262144))
+            self._queue_max = min(self._queue_max, queue_max)
+            self._queue_url = url
+            self.capabilities = self._capabilities()
+
+    def topic(self) -> SQSMessaging:
+        self._open()
+        return self
+
+    def subscription(self) -> SQSMessaging:
+        self._open()
+        return self
 
     # -- receiving -------------------------------------------------------
     def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
@@ -568,29 +607,3 @@ class SQSMessaging(AWSClassifier, MessagingDriver, TopicDriver, SubscriptionDriv
         if self._queue_max != 262144:
             query.append(f"max_message_bytes={self._queue_max}")
         return f"sqs://{queue}" + (f"?{'&'.join(query)}" if query else "")
-
-    # -- classification and escape hatches ------------------------------
-    def code_of(self, exc: BaseException) -> ErrorCode:
-        code, _status = aws_error_code(exc)
-        if code in (
-            "ReceiptHandleIsInvalid",
-            "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
-            "MessageNotInflight",
-            "AWS.SimpleQueueService.MessageNotInflight",
-        ):
-            return ErrorCode.PRECONDITION_FAILED
-        if code == "InvalidParameterValue" and "receipt handle" in str(exc).lower():
-            return ErrorCode.PRECONDITION_FAILED
-        if code in ("AWS.SimpleQueueService.BatchRequestTooLong", "BatchRequestTooLong"):
-            return ErrorCode.TOO_LARGE
-        return super().code_of(exc)
-
-    def as_(self, kind: type[Any]) -> Any:
-        from botocore.client import BaseClient
-
-        if kind is BaseClient or isinstance(self.client, kind):
-            return self.client
-        return None
-
-    def close(self) -> None:
-        self.client.close()

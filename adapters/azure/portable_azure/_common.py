@@ -1,39 +1,32 @@
-"""What the Blob and Queue drivers share: credentials, name rules and error classification.
+"""What the Blob and Queue drivers share: credentials, name rules, timeouts and error classification.
 
-Credentials never come from the URL itself. A URL names *where* a secret is
-(an environment variable) or *which kind* of credential to use; the secret is
-read from the environment when the driver opens, kept out of every repr, and
-every error text passes through :func:`portable.driver.redaction.redact`.
-
-Resolution (``auth=auto``, the default), first match wins:
-
-1. ``connection_string_env=VAR``, ``account_key_env=VAR`` or
-   ``sas_token_env=VAR`` named in the URL (the variable must be set);
-2. ``AZURE_STORAGE_CONNECTION_STRING`` (used only if its AccountName matches
-   ``account`` when the URL gives one);
-3. ``AZURE_STORAGE_ACCOUNT_KEY``, then ``AZURE_STORAGE_SAS_TOKEN``;
-4. azure-identity's ``DefaultAzureCredential`` (environment service principal,
-   workload identity, managed identity, Azure CLI, ...).
-
-``auth=connection_string|key|sas|identity|anonymous`` forces one kind.
+Credentials never come from the URL itself: :func:`resolve_auth` reads them
+exactly as :func:`portable.driver.credentials.resolve_azure_credentials`
+describes (the order ``auth=auto`` tries), the same resolution the obstore
+engine of ``az://`` uses, and adds the azure-identity credential objects. The
+secrets are kept out of every repr, and every error text passes through
+:func:`portable.driver.redaction.redact`.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import os
 from dataclasses import dataclass, field
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import Any
 
 from portable.driver import Classifier
-from portable.driver.redaction import redact
-from portable.errors import ConfigError, ErrorCode, InvalidURL, PortableError
-from portable.provider_names import (
+from portable.driver.credentials import (
+    AZURE_AUTH_KINDS,
+    AzureCredentials,
+    AzureService,
+    resolve_azure_credentials,
+)
+from portable.driver.naming import (
     check_azure_account_name,
     check_azure_container_or_queue_name,
     reject_azure_inline_secrets,
 )
+from portable.errors import ErrorCode, PortableError
+from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
 __all__ = [
@@ -44,74 +37,32 @@ __all__ = [
     "check_container_or_queue_name",
     "error_code",
     "reject_inline_secrets",
+    "request_timeouts",
     "resolve_auth",
 ]
 
-Service = Literal["blob", "queue"]
-AuthKind = Literal["connection_string", "key", "sas", "identity", "anonymous"]
-AUTH_KINDS: tuple[str, ...] = ("auto", "connection_string", "key", "sas", "identity", "anonymous")
-
-CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
-ACCOUNT_KEY_ENV = "AZURE_STORAGE_ACCOUNT_KEY"
-SAS_TOKEN_ENV = "AZURE_STORAGE_SAS_TOKEN"
-ACCOUNT_NAME_ENV = "AZURE_STORAGE_ACCOUNT_NAME"
-
-
+AUTH_KINDS = AZURE_AUTH_KINDS
 check_account_name = check_azure_account_name
 check_container_or_queue_name = check_azure_container_or_queue_name
-
-
 reject_inline_secrets = reject_azure_inline_secrets
 
 
-def parse_connection_string(text: str) -> dict[str, str]:
-    """Split ``Key=value;Key=value`` into a dict with lower-case keys (values keep their '=')."""
-    pairs: dict[str, str] = {}
-    for part in text.strip().split(";"):
-        if not part.strip():
-            continue
-        name, sep, value = part.partition("=")
-        if not sep:
-            raise ConfigError("the Azure connection string is malformed: every part must be Name=value")
-        pairs[name.strip().lower()] = value.strip()
-    return pairs
-
-
-@dataclass(frozen=True, slots=True)
-class AzureAuth:
-    """Where a storage account is and how to sign requests to it.
+@dataclass(frozen=True, slots=True, repr=False)
+class AzureAuth(AzureCredentials):
+    """:class:`~portable.driver.credentials.AzureCredentials` with the azure-identity objects to sign with.
 
     Build one with :func:`resolve_auth` (from a URL and the environment) or
     directly for programmatic use. The secrets are kept out of ``repr``.
 
     Attributes:
-        account: the storage account name.
-        endpoint: the service URL (``https://acct.blob.core.windows.net`` or
-            ``http://127.0.0.1:10000/devstoreaccount1`` for Azurite); never a secret.
-        kind: ``connection_string``, ``key``, ``sas``, ``identity`` or ``anonymous``.
-        account_key: the shared key (``key`` and key-bearing connection strings).
-        sas_token: a SAS query string without the leading ``?`` (``sas``).
         token_credential: a synchronous azure-identity credential to use for
             ``identity`` instead of ``DefaultAzureCredential``.
         async_token_credential: its ``azure.identity.aio`` twin, for the async
             client that Blob batches and adlfs use.
     """
 
-    account: str
-    endpoint: str
-    kind: AuthKind
-    account_key: str | None = field(default=None, repr=False)
-    sas_token: str | None = field(default=None, repr=False)
     token_credential: Any = field(default=None, repr=False)
     async_token_credential: Any = field(default=None, repr=False)
-
-    def __repr__(self) -> str:
-        return f"AzureAuth(account={self.account!r}, endpoint={redact(self.endpoint)!r}, kind={self.kind!r})"
-
-    @property
-    def can_sign(self) -> bool:
-        """Whether SAS URLs can be signed (a shared key is known)."""
-        return self.account_key is not None
 
     def sdk_credential(self, asynchronous: bool) -> Any:
         """The ``credential=`` argument for an azure-storage client."""
@@ -138,151 +89,19 @@ class AzureAuth:
         return None
 
 
-def _env(name: str, option: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise ConfigError(f"{option}={name} names an environment variable that is not set")
-    return value
+def resolve_auth(url: ParsedURL, service: AzureService, *, account: str | None, endpoint: str | None) -> AzureAuth:
+    """:func:`~portable.driver.credentials.resolve_azure_credentials` (same options, same errors), as an AzureAuth."""
+    found = resolve_azure_credentials(url, service, account=account, endpoint=endpoint)
+    return AzureAuth(found.account, found.endpoint, found.kind, found.account_key, found.sas_token)
 
 
-def _default_endpoint(account: str, service: Service, protocol: str = "https", suffix: str = "core.windows.net") -> str:
-    return f"{protocol}://{account}.{service}.{suffix}"
-
-
-def _path_style(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return host == "localhost" or "." not in host
-    return True
-
-
-def account_from_endpoint(endpoint: str) -> str | None:
-    """The account an endpoint names: the first host label, or the first path segment (Azurite)."""
-    parts = urlsplit(endpoint)
-    host = parts.hostname or ""
-    if _path_style(host):
-        segment = parts.path.strip("/").split("/", 1)[0]
-        return segment or None
-    return host.split(".", 1)[0] or None
-
-
-def check_endpoint(endpoint: str, option: str) -> str:
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InvalidURL(f"{option}={redact(endpoint)!r} must be an http(s) URL such as https://acct.blob.core.windows.net")
-    if parts.query or parts.username or parts.password:
-        raise InvalidURL(f"{option} must not carry a query or credentials (a SAS goes in sas_token_env=VAR)")
-    return endpoint.rstrip("/")
-
-
-def _from_connection_string(text: str, service: Service, account: str | None, endpoint: str | None) -> AzureAuth:
-    pairs = parse_connection_string(text)
-    if pairs.get("usedevelopmentstorage", "").lower() == "true":
-        raise ConfigError(
-            "UseDevelopmentStorage=true is not supported: give Azurite's full connection string "
-            "(AccountName, AccountKey, BlobEndpoint, QueueEndpoint)"
-        )
-    cs_account = pairs.get("accountname")
-    found_endpoint = endpoint or pairs.get(f"{service}endpoint")
-    if found_endpoint is None:
-        name = account or cs_account
-        if not name:
-            raise ConfigError("the Azure connection string names neither AccountName nor the service endpoint")
-        found_endpoint = _default_endpoint(
-            name, service, pairs.get("defaultendpointsprotocol", "https"), pairs.get("endpointsuffix", "core.windows.net")
-        )
-    name = account or cs_account or account_from_endpoint(found_endpoint)
-    if not name:
-        raise ConfigError("cannot tell the storage account from the connection string; add ?account=NAME")
-    if account and cs_account and account != cs_account:
-        raise ConfigError(
-            f"the connection string is for account {cs_account!r}, but the URL names {account!r}"
-        )
-    sas = pairs.get("sharedaccesssignature")
-    key = pairs.get("accountkey")
-    if not key and not sas:
-        raise ConfigError("the Azure connection string holds neither AccountKey nor SharedAccessSignature")
-    return AzureAuth(
-        account=name,
-        endpoint=found_endpoint.rstrip("/"),
-        kind="connection_string",
-        account_key=key or None,
-        sas_token=None if key else (sas or "").lstrip("?"),
-    )
-
-
-def resolve_auth(
-    url: ParsedURL,
-    service: Service,
-    *,
-    account: str | None,
-    endpoint: str | None,
-) -> AzureAuth:
-    """Read the credential options of ``url`` (and the environment) into an :class:`AzureAuth`.
-
-    Options read: ``auth``, ``connection_string_env``, ``account_key_env``,
-    ``sas_token_env``. ``account`` and ``endpoint`` come from the caller,
-    which read them from the URL already.
-
-    Raises:
-        InvalidURL: an unknown ``auth`` kind.
-        ConfigError: a named variable is unset, a connection string is malformed,
-            or no account name can be found.
-    """
-    kind = (url.take_str("auth", "auto") or "auto").lower()
-    if kind not in AUTH_KINDS:
-        raise InvalidURL(f"auth={kind!r} in {url}: use one of {', '.join(AUTH_KINDS)}")
-    cs_env = url.take_str("connection_string_env")
-    key_env = url.take_str("account_key_env")
-    sas_env = url.take_str("sas_token_env")
-    if endpoint is not None:
-        endpoint = check_endpoint(endpoint, f"{service}_endpoint")
-        in_path = account_from_endpoint(endpoint) if _path_style(urlsplit(endpoint).hostname or "") else None
-        if account and in_path and in_path != account:
-            raise ConfigError(f"{url}: the endpoint is for account {in_path!r}, but the URL names {account!r}")
-
-    def need_account() -> str:
-        name = account or (account_from_endpoint(endpoint) if endpoint else None) or os.environ.get(ACCOUNT_NAME_ENV)
-        if not name:
-            raise ConfigError(f"{url}: name the storage account with ?account=NAME (or {ACCOUNT_NAME_ENV})")
-        return check_account_name(name) if endpoint is None else name
-
-    def keyed(key: str) -> AzureAuth:
-        name = need_account()
-        return AzureAuth(name, endpoint or _default_endpoint(name, service), "key", account_key=key)
-
-    def sas(token: str) -> AzureAuth:
-        name = need_account()
-        return AzureAuth(name, endpoint or _default_endpoint(name, service), "sas", sas_token=token.lstrip("?"))
-
-    if kind == "auto":
-        if cs_env:
-            return _from_connection_string(_env(cs_env, "connection_string_env"), service, account, endpoint)
-        if key_env:
-            return keyed(_env(key_env, "account_key_env"))
-        if sas_env:
-            return sas(_env(sas_env, "sas_token_env"))
-        text = os.environ.get(CONNECTION_STRING_ENV)
-        if text:
-            cs_account = parse_connection_string(text).get("accountname")
-            if account is None or cs_account == account:
-                return _from_connection_string(text, service, account, endpoint)
-        if os.environ.get(ACCOUNT_KEY_ENV):
-            return keyed(os.environ[ACCOUNT_KEY_ENV])
-        if os.environ.get(SAS_TOKEN_ENV):
-            return sas(os.environ[SAS_TOKEN_ENV])
-        kind = "identity"
-    if kind == "connection_string":
-        return _from_connection_string(
-            _env(cs_env or CONNECTION_STRING_ENV, "connection_string_env"), service, account, endpoint
-        )
-    if kind == "key":
-        return keyed(_env(key_env or ACCOUNT_KEY_ENV, "account_key_env"))
-    if kind == "sas":
-        return sas(_env(sas_env or SAS_TOKEN_ENV, "sas_token_env"))
-    name = need_account()
-    return AzureAuth(name, endpoint or _default_endpoint(name, service), kind)  # type: ignore[arg-type]
+def request_timeouts(read_timeout: float, connection_timeout: float) -> dict[str, Any]:
+    """Per-request azure-core timeouts, shortened to the portable deadline in force (none without one)."""
+    left = attempt_timeout()
+    if left is None:
+        return {}
+    left = max(0.001, left)
+    return {"read_timeout": min(read_timeout, left), "connection_timeout": min(connection_timeout, left)}
 
 
 # ------------------------------------------------------------------ errors

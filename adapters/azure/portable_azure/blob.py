@@ -21,8 +21,8 @@ Options:
     ``connection_string_env`` / ``account_key_env`` / ``sas_token_env`` (str):
         the *name* of the environment variable that holds the secret. Defaults
         to ``AZURE_STORAGE_CONNECTION_STRING`` / ``AZURE_STORAGE_ACCOUNT_KEY`` /
-        ``AZURE_STORAGE_SAS_TOKEN``. See :mod:`portable_azure._common` for the
-        order in which ``auth=auto`` looks.
+        ``AZURE_STORAGE_SAS_TOKEN``. See :mod:`portable.driver.credentials`
+        for the order in which ``auth=auto`` looks (the obstore engine's too).
     ``max_concurrency`` (int): parallel requests of one large get/put and of
         the batch methods. Defaults to 8.
     ``timeout`` (float): seconds to wait for a response (per request).
@@ -106,10 +106,16 @@ from typing import IO, Any, Literal, TypeVar
 
 import fsspec.asyn  # type: ignore[import-untyped]
 
+from portable.driver.limits import AZURE_MAX_BLOB_NAME, azure_blob_capabilities
+from portable.driver.naming import (
+    check_prefix_segments,
+    decode_azure_metadata_name,
+    encode_azure_metadata_name,
+    parse_azure_blob_url,
+)
 from portable.driver.storage import (
     ListPage,
     ObjectInfo,
-    StorageCapabilities,
     StorageDriver,
     WriteOptions,
     WriteStream,
@@ -118,16 +124,9 @@ from portable.errors import (
     AlreadyExists,
     ConfigError,
     ErrorCode,
-    InvalidURL,
     PreconditionFailed,
     TooLarge,
 )
-from portable.provider_names import (
-    decode_azure_metadata_name,
-    encode_azure_metadata_name,
-    parse_azure_blob_url,
-)
-from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
 from ._common import (
@@ -135,6 +134,7 @@ from ._common import (
     AzureClassifier,
     check_container_or_queue_name,
     error_code,
+    request_timeouts,
     resolve_auth,
 )
 
@@ -142,7 +142,7 @@ __all__ = ["BlobStorage", "decode_metadata_name", "encode_metadata_name"]
 
 T = TypeVar("T")
 
-MAX_BLOB_NAME = 1024
+MAX_BLOB_NAME = AZURE_MAX_BLOB_NAME
 MAX_BLOCKS = 50_000
 _BLOB_CLIENT_CACHE = 128  # about 32 KiB each
 encode_metadata_name = encode_azure_metadata_name
@@ -170,7 +170,72 @@ class BlobChangedWhileReading(Exception):
     """The blob was overwritten between the chunks of one read; reading again succeeds."""
 
 
-class BlobStorage(AzureClassifier, StorageDriver):
+class _BlobBatches:
+    """The batch methods: many requests in flight on adlfs's async client, on fsspec's loop.
+
+    Mixed into :class:`BlobStorage`, which holds the clients; single-object calls use the synchronous client.
+    """
+
+    _container: Any
+    _max_concurrency: int
+    batch_concurrency: int
+
+    def _gather(self, fn: Callable[..., Awaitable[Any]], args: list[tuple[Any, ...]]) -> list[Any]:
+        async def all_of() -> list[Any]:
+            gate = asyncio.Semaphore(self.batch_concurrency)
+
+            async def one(arg: tuple[Any, ...]) -> Any:
+                async with gate:
+                    return await fn(*arg)
+
+            return await asyncio.gather(*(one(a) for a in args), return_exceptions=True)
+
+        return self._run(all_of)
+
+    async def _aget(self, name: str) -> bytes:
+        from azure.core.exceptions import ResourceModifiedError
+
+        try:
+            stream = await self._container.download_blob(name, max_concurrency=self._max_concurrency, **self._kw())
+            data: bytes = await stream.readall()
+        except ResourceModifiedError as exc:
+            raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
+        return data
+
+    async def _aput(self, name: str, data: bytes, options: WriteOptions) -> str | None:
+        result = await self._container.get_blob_client(name).upload_blob(
+            data,
+            overwrite=not options.if_none_match,
+            length=len(data),
+            max_concurrency=self._max_concurrency,
+            **self._write_kwargs(options),
+            **self._kw(),
+        )
+        return _etag_of(result)
+
+    async def _adelete(self, name: str) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            await self._container.delete_blob(name, delete_snapshots="include", **self._kw())
+        except ResourceNotFoundError as exc:
+            if error_code(exc) == "ContainerNotFound":
+                raise
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        yield from zip(keys, self._gather(self._aget, [(self._name(k),) for k in keys]), strict=True)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> Iterator[tuple[str, str | BaseException | None]]:
+        results = self._gather(self._aput, [(self._name(k), d, options) for k, d in items])
+        yield from zip((k for k, _ in items), results, strict=True)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        yield from zip(keys, self._gather(self._adelete, [(self._name(k),) for k in keys]), strict=True)
+
+
+class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
     """A container (or a prefix in one) of an Azure storage account."""
 
     scheme = "az"
@@ -200,34 +265,18 @@ class BlobStorage(AzureClassifier, StorageDriver):
         from azure.storage.blob.aio import BlobServiceClient
 
         check_container_or_queue_name(container, "container")
-        prefix = prefix.strip("/")
-        if prefix and any(seg in ("", ".", "..") for seg in prefix.split("/")):
-            raise InvalidURL(f"prefix {prefix!r} must not hold empty, '.' or '..' segments")
+        prefix = check_prefix_segments(prefix)
+        self.capabilities = azure_blob_capabilities(prefix, signed_urls=auth.can_sign, max_object_bytes=None)
         self.scheme = scheme
         self.container = container
         self.prefix = prefix
         self._prefix = f"{prefix}/" if prefix else ""
-        room = MAX_BLOB_NAME - len(self._prefix.encode("utf-8"))
-        if room < 1:
-            raise InvalidURL(f"prefix is {len(self._prefix)} bytes; Azure blob names are at most {MAX_BLOB_NAME}")
         self.auth = auth
         self.endpoint = f"{auth.endpoint}/{container}"
         self.batch_concurrency = max(1, max_concurrency)
         self._max_concurrency = max(1, max_concurrency)
         self._timeout = timeout
         self._connection_timeout = connection_timeout
-        self.capabilities = StorageCapabilities(
-            conditional_create=True,
-            conditional_update=True,
-            conditional_streaming_write=True,
-            signed_urls=auth.can_sign,
-            server_side_copy=True,
-            multipart=True,
-            max_key_bytes=room,
-            max_object_bytes=None,
-            max_metadata_bytes=2048,
-            min_part_bytes=64 * 1024,
-        )
         client_options: dict[str, Any] = {
             "retry_total": 0,  # one attempt per call: the portable Guard owns retries
             "retry_to_secondary": False,
@@ -298,12 +347,7 @@ class BlobStorage(AzureClassifier, StorageDriver):
         return client
 
     def _kw(self) -> dict[str, Any]:
-        """Per-request client timeouts, shortened to the deadline in force."""
-        left = attempt_timeout()
-        if left is None:
-            return {}
-        left = max(0.001, left)
-        return {"read_timeout": min(self._timeout, left), "connection_timeout": min(self._connection_timeout, left)}
+        return request_timeouts(self._timeout, self._connection_timeout)
 
     def code_of(self, exc: BaseException) -> ErrorCode:
         if isinstance(exc, BlobChangedWhileReading):
@@ -484,61 +528,6 @@ class BlobStorage(AzureClassifier, StorageDriver):
             start=now - dt.timedelta(minutes=5),  # tolerate clock skew
         )
         return f"{self._blob(name).url}?{sas}"
-
-    # -- batches: many requests in flight on adlfs's async client ------------
-    def _gather(self, fn: Callable[..., Awaitable[Any]], args: list[tuple[Any, ...]]) -> list[Any]:
-        async def all_of() -> list[Any]:
-            gate = asyncio.Semaphore(self.batch_concurrency)
-
-            async def one(arg: tuple[Any, ...]) -> Any:
-                async with gate:
-                    return await fn(*arg)
-
-            return await asyncio.gather(*(one(a) for a in args), return_exceptions=True)
-
-        return self._run(all_of)
-
-    async def _aget(self, name: str) -> bytes:
-        from azure.core.exceptions import ResourceModifiedError
-
-        try:
-            stream = await self._container.download_blob(name, max_concurrency=self._max_concurrency, **self._kw())
-            data: bytes = await stream.readall()
-        except ResourceModifiedError as exc:
-            raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
-        return data
-
-    async def _aput(self, name: str, data: bytes, options: WriteOptions) -> str | None:
-        result = await self._container.get_blob_client(name).upload_blob(
-            data,
-            overwrite=not options.if_none_match,
-            length=len(data),
-            max_concurrency=self._max_concurrency,
-            **self._write_kwargs(options),
-            **self._kw(),
-        )
-        return _etag_of(result)
-
-    async def _adelete(self, name: str) -> None:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            await self._container.delete_blob(name, delete_snapshots="include", **self._kw())
-        except ResourceNotFoundError as exc:
-            if error_code(exc) == "ContainerNotFound":
-                raise
-
-    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
-        yield from zip(keys, self._gather(self._aget, [(self._name(k),) for k in keys]), strict=True)
-
-    def put_many(
-        self, items: list[tuple[str, bytes]], options: WriteOptions
-    ) -> Iterator[tuple[str, str | BaseException | None]]:
-        results = self._gather(self._aput, [(self._name(k), d, options) for k, d in items])
-        yield from zip((k for k, _ in items), results, strict=True)
-
-    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
-        yield from zip(keys, self._gather(self._adelete, [(self._name(k),) for k in keys]), strict=True)
 
     # -- escape hatches ----------------------------------------------------
     def as_(self, kind: type[Any]) -> Any:

@@ -121,6 +121,7 @@ from ._common import (
     check_container_or_queue_name,
     error_code,
     reject_inline_secrets,
+    request_timeouts,
     resolve_auth,
 )
 
@@ -183,7 +184,65 @@ def _text_size(text: str, encoding: str) -> int:
     return len(text) if encoding == "base64" else len(text.encode("utf-8"))
 
 
-class StorageQueueMessaging(AzureClassifier, MessagingDriver, TopicDriver, SubscriptionDriver):
+class _QueuePublishing:
+    """The publishing side of a Storage queue: the message text (envelope, encoding, size) and sends.
+
+    Mixed into :class:`StorageQueueMessaging`, which holds the clients; Azure has no batch send,
+    so a batch is sent a few messages at once from a small thread pool, one key's in order.
+    """
+
+    def _text(self, message: OutgoingMessage) -> str:
+        text = encode_message(message.body, dict(message.attributes), message.key, self.encoding)
+        if _text_size(text, self.encoding) > MAX_TEXT:
+            raise TooLarge(
+                f"the message is {_text_size(text, self.encoding)} characters as Azure text (envelope and "
+                f"{self.encoding} included); Azure takes {MAX_TEXT}; store large payloads in a bucket",
+                provider=self.scheme,
+            )
+        return text
+
+    def publish(self, message: OutgoingMessage) -> str:
+        return self._send(self._client, self._text(message))
+
+    def _send(self, client: Any, text: str) -> str:
+        sent = client.send_message(text, time_to_live=self._ttl, **self._kw())
+        return str(sent.id)
+
+    def _publisher(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(_PUBLISH_THREADS, thread_name_prefix="azqueue-publish")
+            return self._pool
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        items = list(messages)
+        texts = [self._text(m) for m in items]  # every size is checked before anything is sent
+        groups: dict[object, list[int]] = {}
+        for i, m in enumerate(items):
+            groups.setdefault(m.key if m.key is not None else ("", i), []).append(i)
+        results: list[str | BaseException] = [RuntimeError("not sent")] * len(items)
+
+        def send_group(indexes: list[int]) -> None:
+            failed: BaseException | None = None
+            for i in indexes:
+                if failed is not None:
+                    # Keep one key's order: a later message is not sent past a failed one; it
+                    # reports the same error, so the portable layer retries both, in order.
+                    results[i] = failed
+                    continue
+                try:
+                    results[i] = self._send(self._client, texts[i])
+                except Exception as exc:
+                    results[i] = failed = exc
+
+        if len(groups) == 1:
+            send_group(next(iter(groups.values())))
+        else:
+            list(self._publisher().map(send_group, groups.values()))
+        return results
+
+
+class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, TopicDriver, SubscriptionDriver):
     """One Azure Storage queue: both sides, with a poison queue as its dead letter."""
 
     scheme = "azqueue"
@@ -322,11 +381,7 @@ class StorageQueueMessaging(AzureClassifier, MessagingDriver, TopicDriver, Subsc
 
     # -- plumbing ----------------------------------------------------------
     def _kw(self) -> dict[str, Any]:
-        left = attempt_timeout()
-        if left is None:
-            return {}
-        left = max(0.001, left)
-        return {"read_timeout": min(self._timeout, left), "connection_timeout": min(self._connection_timeout, left)}
+        return request_timeouts(self._timeout, self._connection_timeout)
 
     def create(self) -> None:
         """Create the queue and the poison queue if they do not exist."""
@@ -342,57 +397,6 @@ class StorageQueueMessaging(AzureClassifier, MessagingDriver, TopicDriver, Subsc
         pairs += [f"{k}={v}" for k, v in options.items()]
         query = "&".join(pairs)
         return f"azqueue://{self.auth.account}/{queue}" + (f"?{query}" if query else "")
-
-    def _text(self, message: OutgoingMessage) -> str:
-        text = encode_message(message.body, dict(message.attributes), message.key, self.encoding)
-        if _text_size(text, self.encoding) > MAX_TEXT:
-            raise TooLarge(
-                f"the message is {_text_size(text, self.encoding)} characters as Azure text (envelope and "
-                f"{self.encoding} included); Azure takes {MAX_TEXT}; store large payloads in a bucket",
-                provider=self.scheme,
-            )
-        return text
-
-    # -- publishing --------------------------------------------------------
-    def publish(self, message: OutgoingMessage) -> str:
-        return self._send(self._client, self._text(message))
-
-    def _send(self, client: Any, text: str) -> str:
-        sent = client.send_message(text, time_to_live=self._ttl, **self._kw())
-        return str(sent.id)
-
-    def _publisher(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(_PUBLISH_THREADS, thread_name_prefix="azqueue-publish")
-            return self._pool
-
-    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
-        items = list(messages)
-        texts = [self._text(m) for m in items]  # every size is checked before anything is sent
-        groups: dict[object, list[int]] = {}
-        for i, m in enumerate(items):
-            groups.setdefault(m.key if m.key is not None else ("", i), []).append(i)
-        results: list[str | BaseException] = [RuntimeError("not sent")] * len(items)
-
-        def send_group(indexes: list[int]) -> None:
-            failed: BaseException | None = None
-            for i in indexes:
-                if failed is not None:
-                    # Keep one key's order: a later message is not sent past a failed one; it
-                    # reports the same error, so the portable layer retries both, in order.
-                    results[i] = failed
-                    continue
-                try:
-                    results[i] = self._send(self._client, texts[i])
-                except Exception as exc:
-                    results[i] = failed = exc
-
-        if len(groups) == 1:
-            send_group(next(iter(groups.values())))
-        else:
-            list(self._publisher().map(send_group, groups.values()))
-        return results
 
     # -- receiving -----------------------------------------------------------
     def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:

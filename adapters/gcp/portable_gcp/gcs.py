@@ -97,7 +97,6 @@ import datetime as dt
 import inspect
 import json
 import os
-import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import IO, Any, Literal, TypeVar
@@ -111,10 +110,19 @@ import google.auth.credentials
 import google.auth.exceptions
 import requests.exceptions
 
+from portable.driver import Classifier
+from portable.driver.conditions import generation_precondition
+from portable.driver.http import HTTP_STATUS_CODES, code_of_status, range_header
+from portable.driver.limits import GCS_MAX_METADATA_BYTES, GCS_MAX_OBJECT_BYTES, gcs_capabilities
+from portable.driver.naming import (
+    GOOGLE_STORAGE_ENDPOINT,
+    check_gcs_bucket_name,
+    gcs_endpoint,
+    parse_gcs_url,
+)
 from portable.driver.storage import (
     ListPage,
     ObjectInfo,
-    StorageCapabilities,
     StorageDriver,
     WriteOptions,
     WriteStream,
@@ -128,7 +136,6 @@ from portable.errors import (
     PortableError,
     PreconditionFailed,
 )
-from portable.provider_names import check_gcs_bucket_name
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
@@ -136,32 +143,19 @@ __all__ = ["GCSStorage", "check_bucket_name"]
 
 T = TypeVar("T")
 
-GOOGLE_ENDPOINT = "https://storage.googleapis.com"
+GOOGLE_ENDPOINT = GOOGLE_STORAGE_ENDPOINT
 #: Resumable chunks must be multiples of this (all but the last).
 CHUNK_UNIT = 256 * 1024
 #: ``put`` of more than this many bytes uses a resumable session.
 SIMPLE_UPLOAD_LIMIT = 32 * 1024 * 1024
 #: Chunk size of a large ``put``.
 PUT_CHUNK = 16 * 1024 * 1024
-MAX_OBJECT_BYTES = 5 * 1024**4
-MAX_METADATA_BYTES = 8 * 1024
+MAX_OBJECT_BYTES = GCS_MAX_OBJECT_BYTES
+MAX_METADATA_BYTES = GCS_MAX_METADATA_BYTES
 
 check_bucket_name = check_gcs_bucket_name
-_GENERATION = re.compile(r"^[0-9]{1,20}$")
-_HTTP_CODES: dict[int, ErrorCode] = {
-    400: ErrorCode.INVALID_ARGUMENT,
-    401: ErrorCode.PERMISSION_DENIED,
-    403: ErrorCode.PERMISSION_DENIED,
-    404: ErrorCode.NOT_FOUND,
-    408: ErrorCode.DEADLINE_EXCEEDED,
-    409: ErrorCode.ALREADY_EXISTS,
-    412: ErrorCode.PRECONDITION_FAILED,
-    413: ErrorCode.TOO_LARGE,
-    416: ErrorCode.INVALID_ARGUMENT,
-    429: ErrorCode.THROTTLED,
-}
-
-
+#: GCS's 409 is a conflict with an existing resource, not a race to retry.
+_HTTP_CODES = {**HTTP_STATUS_CODES, 409: ErrorCode.ALREADY_EXISTS}
 
 
 class _SingleShotGCSFileSystem(gcsfs.core.GCSFileSystem):  # type: ignore[misc]
@@ -205,7 +199,91 @@ def _confirmed_bytes(headers: Mapping[str, str]) -> int:
     return int(value.rpartition("-")[2]) + 1
 
 
-class GCSStorage(StorageDriver):
+class GCSClassifier(Classifier):
+    """Classifies gcsfs, aiohttp and google-auth errors by HTTP status and kind.
+
+    gcsfs raises ``HttpError`` with the status as ``code``, FileNotFoundError
+    for a 404 and FileExistsError for every 412.
+    """
+
+    def code_of(self, exc: BaseException) -> ErrorCode:
+        if isinstance(exc, PortableError):
+            return exc.code
+        if isinstance(exc, FileNotFoundError):
+            return ErrorCode.NOT_FOUND
+        if isinstance(exc, FileExistsError):
+            return ErrorCode.PRECONDITION_FAILED
+        if isinstance(exc, gcsfs.retry.HttpError):
+            return _http_code(exc.code)
+        if isinstance(exc, TimeoutError):  # asyncio and aiohttp timeouts, fsspec's FSTimeoutError
+            return ErrorCode.DEADLINE_EXCEEDED
+        if isinstance(exc, aiohttp.ClientResponseError):
+            return _http_code(exc.status)
+        if isinstance(
+            exc,
+            aiohttp.ClientError
+            | requests.exceptions.RequestException
+            | ConnectionError
+            | gcsfs.retry.ChecksumError
+            | google.auth.exceptions.TransportError,
+        ):
+            return ErrorCode.UNAVAILABLE
+        if isinstance(exc, google.auth.exceptions.RefreshError):
+            return ErrorCode.UNAVAILABLE if getattr(exc, "retryable", False) else ErrorCode.PERMISSION_DENIED
+        if isinstance(exc, google.auth.exceptions.GoogleAuthError):
+            return ErrorCode.PERMISSION_DENIED
+        if isinstance(exc, OSError) and str(exc).startswith("Forbidden"):
+            return ErrorCode.PERMISSION_DENIED
+        if isinstance(exc, ValueError) and str(exc).startswith("Bad Request"):
+            return ErrorCode.INVALID_ARGUMENT
+        return super().code_of(exc)
+
+
+class _GCSBatches:
+    """The batch methods: one asyncio.gather on gcsfs's loop, not a thread per object.
+
+    Mixed into :class:`GCSStorage`, whose coroutines (``_aget``, ``_aput``, ...) each object runs.
+    """
+
+    batch_concurrency: int
+
+    def _gather(self, fn: Callable[[Any], Awaitable[Any]], items: list[Any]) -> list[Any]:
+        async def run() -> list[Any]:
+            gate = asyncio.Semaphore(self.batch_concurrency)
+
+            async def one(item: Any) -> Any:
+                async with gate:
+                    try:
+                        return await fn(item)
+                    except Exception as exc:
+                        return exc
+
+            return await asyncio.gather(*(one(item) for item in items))
+
+        return self._run(run)
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        yield from zip(keys, self._gather(self._aget, keys), strict=True)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> Iterator[tuple[str, str | BaseException | None]]:
+        async def one(item: tuple[str, bytes]) -> str:
+            return await self._aput(item[0], item[1], options)
+
+        yield from zip((key for key, _ in items), self._gather(one, items), strict=True)
+
+    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
+        yield from zip(keys, self._gather(self._adelete, keys), strict=True)
+
+    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
+        async def one(pair: tuple[str, str]) -> str:
+            return await self._acopy(pair[0], pair[1])
+
+        yield from zip((dst for _, dst in pairs), self._gather(one, pairs), strict=True)
+
+
+class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
     """A GCS bucket (optionally a prefix in it) through a retry-free gcsfs client."""
 
     scheme = "gs"
@@ -229,12 +307,9 @@ class GCSStorage(StorageDriver):
         if prefix:
             check_key(prefix)
         self.prefix = f"{prefix}/" if prefix else ""
-        endpoint = (endpoint_url or os.environ.get("STORAGE_EMULATOR_HOST") or "").rstrip("/")
-        if endpoint and not endpoint.startswith(("http://", "https://")):
-            endpoint = f"http://{endpoint}"
-        self.endpoint = endpoint or GOOGLE_ENDPOINT
+        self.endpoint, custom_endpoint = gcs_endpoint(endpoint_url, os.environ.get("STORAGE_EMULATOR_HOST"))
         if token is None:
-            token = "anon" if endpoint else "google_default"
+            token = "anon" if custom_endpoint else "google_default"
         kwargs: dict[str, Any] = {}
         if project or os.environ.get("GOOGLE_CLOUD_PROJECT"):
             kwargs["project"] = project or os.environ["GOOGLE_CLOUD_PROJECT"]
@@ -255,42 +330,22 @@ class GCSStorage(StorageDriver):
         self._signer = self._signing_credentials(signing_key_file)
         self.batch_concurrency = concurrency
         self._bucket_q = quote(self.bucket, safe="")
-        self.capabilities = StorageCapabilities(
-            conditional_create=True,
-            conditional_update=True,
-            conditional_streaming_write=True,
-            signed_urls=self._signer is not None,
-            server_side_copy=True,
-            multipart=True,
-            max_key_bytes=1024 - len(self.prefix.encode()),
-            max_object_bytes=MAX_OBJECT_BYTES,
-            max_metadata_bytes=MAX_METADATA_BYTES,
-            min_part_bytes=CHUNK_UNIT,
-        )
+        self.capabilities = gcs_capabilities(prefix, signed_urls=self._signer is not None, min_part_bytes=CHUNK_UNIT)
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> GCSStorage:
-        project = url.take_str("project")
-        endpoint_url = url.take_str("endpoint_url")
-        token = url.take_str("token")
-        signing_key_file = url.take_str("signing_key_file")
-        timeout = url.take("timeout", float, 60.0)
-        concurrency = url.take("concurrency", int, 16)
+        where = parse_gcs_url(url)
         url.done()
-        if not timeout > 0:
-            raise InvalidURL(f"timeout in {url} must be > 0 seconds")
-        if not 1 <= concurrency <= 256:
-            raise InvalidURL(f"concurrency in {url} must be from 1 to 256")
         try:
             return cls(
-                url.host,
-                url.path,
-                project=project,
-                endpoint_url=endpoint_url,
-                token=token,
-                signing_key_file=signing_key_file,
-                timeout=timeout,
-                concurrency=concurrency,
+                where.bucket,
+                where.prefix,
+                project=where.project,
+                endpoint_url=where.endpoint_url,
+                token=where.token,
+                signing_key_file=where.signing_key_file,
+                timeout=where.timeout,
+                concurrency=where.concurrency,
             )
         except InvalidKey as exc:
             raise InvalidURL(f"the prefix of {url} is not a valid key prefix: {exc.message}") from None
@@ -341,16 +396,9 @@ class GCSStorage(StorageDriver):
 
     @staticmethod
     def _conditions(options: WriteOptions, key: str) -> dict[str, str]:
-        if options.if_none_match:
-            return {"ifGenerationMatch": "0"}
-        if options.if_match is not None:
-            if not _GENERATION.match(options.if_match):
-                raise PreconditionFailed(
-                    f"{key!r}: {options.if_match!r} is not a GCS generation, so it cannot be current",
-                    provider="gs",
-                )
-            return {"ifGenerationMatch": options.if_match}
-        return {}
+        """The query parameters of a write's condition (a generation match)."""
+        generation = generation_precondition(options, key=key)
+        return {} if generation is None else {"ifGenerationMatch": generation}
 
     @staticmethod
     def _refused(exc: FileExistsError, options: WriteOptions, key: str) -> PortableError:
@@ -368,39 +416,6 @@ class GCSStorage(StorageDriver):
         except FileExistsError as exc:
             raise self._refused(exc, options, key) from exc
 
-    # -- errors --------------------------------------------------------------
-    def code_of(self, exc: BaseException) -> ErrorCode:
-        if isinstance(exc, PortableError):
-            return exc.code
-        if isinstance(exc, FileNotFoundError):
-            return ErrorCode.NOT_FOUND
-        if isinstance(exc, FileExistsError):
-            return ErrorCode.PRECONDITION_FAILED
-        if isinstance(exc, gcsfs.retry.HttpError):
-            return _http_code(exc.code)
-        if isinstance(exc, TimeoutError):  # asyncio and aiohttp timeouts, fsspec's FSTimeoutError
-            return ErrorCode.DEADLINE_EXCEEDED
-        if isinstance(exc, aiohttp.ClientResponseError):
-            return _http_code(exc.status)
-        if isinstance(
-            exc,
-            aiohttp.ClientError
-            | requests.exceptions.RequestException
-            | ConnectionError
-            | gcsfs.retry.ChecksumError
-            | google.auth.exceptions.TransportError,
-        ):
-            return ErrorCode.UNAVAILABLE
-        if isinstance(exc, google.auth.exceptions.RefreshError):
-            return ErrorCode.UNAVAILABLE if getattr(exc, "retryable", False) else ErrorCode.PERMISSION_DENIED
-        if isinstance(exc, google.auth.exceptions.GoogleAuthError):
-            return ErrorCode.PERMISSION_DENIED
-        if isinstance(exc, OSError) and str(exc).startswith("Forbidden"):
-            return ErrorCode.PERMISSION_DENIED
-        if isinstance(exc, ValueError) and str(exc).startswith("Bad Request"):
-            return ErrorCode.INVALID_ARGUMENT
-        return super().code_of(exc)
-
     # -- whole objects -------------------------------------------------------
     async def _aget(self, key: str) -> bytes:
         _status, _headers, body = await self._request("GET", self._media_url(self._name(key)))
@@ -410,10 +425,9 @@ class GCSStorage(StorageDriver):
         return self._run(self._aget, key)
 
     async def _aget_range(self, key: str, start: int, end: int | None) -> bytes:
-        span = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
         try:
             _status, _headers, body = await self._request(
-                "GET", self._media_url(self._name(key)), headers={"Range": span}
+                "GET", self._media_url(self._name(key)), headers={"Range": range_header(start, end)}
             )
         except gcsfs.retry.HttpError as exc:
             if _http_status(exc.code) == 416:  # start at or past the end of an existing object
@@ -528,42 +542,6 @@ class GCSStorage(StorageDriver):
     ) -> ListPage:
         return self._run(self._alist, prefix, delimiter, start_after, page_size, token)
 
-    # -- batches: one asyncio.gather on gcsfs's loop, not a thread per object ---
-    def _gather(self, fn: Callable[[Any], Awaitable[Any]], items: list[Any]) -> list[Any]:
-        async def run() -> list[Any]:
-            gate = asyncio.Semaphore(self.batch_concurrency)
-
-            async def one(item: Any) -> Any:
-                async with gate:
-                    try:
-                        return await fn(item)
-                    except Exception as exc:
-                        return exc
-
-            return await asyncio.gather(*(one(item) for item in items))
-
-        return self._run(run)
-
-    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
-        yield from zip(keys, self._gather(self._aget, keys), strict=True)
-
-    def put_many(
-        self, items: list[tuple[str, bytes]], options: WriteOptions
-    ) -> Iterator[tuple[str, str | BaseException | None]]:
-        async def one(item: tuple[str, bytes]) -> str:
-            return await self._aput(item[0], item[1], options)
-
-        yield from zip((key for key, _ in items), self._gather(one, items), strict=True)
-
-    def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
-        yield from zip(keys, self._gather(self._adelete, keys), strict=True)
-
-    def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
-        async def one(pair: tuple[str, str]) -> str:
-            return await self._acopy(pair[0], pair[1])
-
-        yield from zip((dst for _, dst in pairs), self._gather(one, pairs), strict=True)
-
     # -- signed URLs, escape hatches ---------------------------------------------
     def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
@@ -611,11 +589,7 @@ def _http_code(code: Any) -> ErrorCode:
     status = _http_status(code)
     if status is None:
         return ErrorCode.UNKNOWN
-    if status in _HTTP_CODES:
-        return _HTTP_CODES[status]
-    if status >= 500:
-        return ErrorCode.UNAVAILABLE
-    return ErrorCode.UNKNOWN
+    return code_of_status(status, _HTTP_CODES, other_client_error=ErrorCode.UNKNOWN)
 
 
 class _ResumableUpload:

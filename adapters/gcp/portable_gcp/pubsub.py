@@ -178,7 +178,122 @@ def _raw(message: OutgoingMessage) -> Any:
     return _RawMessage(data=message.body, attributes=message.attributes, ordering_key=message.key or "")
 
 
-class PubSubMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
+class _PubSubReceiving:
+    """The subscription side: pulls, acks, lease changes and dead letters of a Pub/Sub subscription.
+
+    Mixed into :class:`PubSubMessaging`, which holds the clients and the subscription's path.
+    """
+
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+        assert self._sub_path is not None
+        until = time.monotonic() + wait
+        pause = 0.02
+        while True:
+            left = until - time.monotonic()
+            bounded = left > 0
+            try:
+                response = self._subscriber.pull(
+                    request={
+                        "subscription": self._sub_path,
+                        "max_messages": max_messages,
+                        "return_immediately": not bounded,
+                    },
+                    retry=None,
+                    timeout=min(self._rpc_timeout(), left) if bounded else self._rpc_timeout(),
+                )
+            except gexc.DeadlineExceeded:
+                if bounded and time.monotonic() >= until - 0.05:
+                    return []  # the wait ran out with nothing to deliver
+                raise
+            received = pubsub_types.PullResponse.pb(response).received_messages
+            if received:
+                break
+            left = until - time.monotonic()
+            if left <= 0:
+                return []
+            # The emulator answers an empty pull at once: space the next one out.
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.25)
+        seconds = math.ceil(lease)
+        if seconds != self._ack_deadline:
+            ack_ids = [r.ack_id for r in received]
+            try:
+                self._modify(ack_ids, seconds)
+            except Exception:
+                with contextlib.suppress(Exception):
+                    self._modify(ack_ids, 0)  # give them back rather than hold them unseen
+                raise
+        return [self._delivery(r) for r in received]
+
+    @staticmethod
+    def _delivery(r: Any) -> ReceivedMessage:
+        m = r.message
+        return ReceivedMessage(
+            id=m.message_id,
+            body=m.data,
+            attributes=dict(m.attributes),
+            key=m.ordering_key or None,
+            publish_time=m.publish_time.ToDatetime(tzinfo=dt.UTC),
+            delivery_attempt=max(1, r.delivery_attempt),
+            handle=r.ack_id,
+        )
+
+    def _modify(self, ack_ids: list[str], seconds: int) -> None:
+        assert self._sub_path is not None
+        self._subscriber.modify_ack_deadline(
+            request={"subscription": self._sub_path, "ack_ids": ack_ids, "ack_deadline_seconds": seconds},
+            retry=None,
+            timeout=self._rpc_timeout(),
+        )
+
+    def ack(self, handle: Any) -> None:
+        assert self._sub_path is not None
+        self._subscriber.acknowledge(
+            request={"subscription": self._sub_path, "ack_ids": [handle]},
+            retry=None,
+            timeout=self._rpc_timeout(),
+        )
+
+    def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
+        assert self._sub_path is not None
+        ids = list(handles)
+        try:
+            self._subscriber.acknowledge(
+                request={"subscription": self._sub_path, "ack_ids": ids},
+                retry=None,
+                timeout=self._rpc_timeout(),
+            )
+        except gexc.GoogleAPICallError as exc:
+            failures = _ack_failures(exc)
+            if failures is None:
+                return [exc] * len(ids)
+            return [failures.get(ack_id) for ack_id in ids]
+        return [None] * len(ids)
+
+    def nack(self, handle: Any, delay: float) -> None:
+        self._modify([handle], math.ceil(delay))
+
+    def extend_lease(self, handle: Any, seconds: float) -> Any:
+        self._modify([handle], math.ceil(seconds))
+        return handle
+
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        if self._dead_letter_topic is None:
+            raise Unsupported("this subscription has no dead-letter policy", provider="pubsub")
+        attributes = dict(message.attributes)
+        attributes["portable.dead_letter_reason"] = reason
+        attributes["portable.dead_letter_source"] = redact(self._url("subscriptions", self.project, str(self.subscription_name)))
+        attributes["portable.delivery_attempts"] = str(message.delivery_attempt)
+        attributes["portable.original_id"] = message.id
+        raw = _RawMessage(data=message.body, attributes=attributes, ordering_key=message.key or "")
+        self._publish_raw(self._dead_letter_topic, [raw])
+        self.ack(message.handle)
+
+    def dead_letter_url(self) -> str | None:
+        return self._dead_letter_url
+
+
+class PubSubMessaging(_PubSubReceiving, MessagingDriver, TopicDriver, SubscriptionDriver):
     """A Pub/Sub topic and/or subscription, on GAPIC clients with their retries off."""
 
     scheme = "pubsub"
@@ -383,115 +498,6 @@ class PubSubMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
                 return out
             start = end
         return out
-
-    # -- receiving ---------------------------------------------------------------
-    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
-        assert self._sub_path is not None
-        until = time.monotonic() + wait
-        pause = 0.02
-        while True:
-            left = until - time.monotonic()
-            bounded = left > 0
-            try:
-                response = self._subscriber.pull(
-                    request={
-                        "subscription": self._sub_path,
-                        "max_messages": max_messages,
-                        "return_immediately": not bounded,
-                    },
-                    retry=None,
-                    timeout=min(self._rpc_timeout(), left) if bounded else self._rpc_timeout(),
-                )
-            except gexc.DeadlineExceeded:
-                if bounded and time.monotonic() >= until - 0.05:
-                    return []  # the wait ran out with nothing to deliver
-                raise
-            received = pubsub_types.PullResponse.pb(response).received_messages
-            if received:
-                break
-            left = until - time.monotonic()
-            if left <= 0:
-                return []
-            # The emulator answers an empty pull at once: space the next one out.
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, 0.25)
-        seconds = math.ceil(lease)
-        if seconds != self._ack_deadline:
-            ack_ids = [r.ack_id for r in received]
-            try:
-                self._modify(ack_ids, seconds)
-            except Exception:
-                with contextlib.suppress(Exception):
-                    self._modify(ack_ids, 0)  # give them back rather than hold them unseen
-                raise
-        return [self._delivery(r) for r in received]
-
-    @staticmethod
-    def _delivery(r: Any) -> ReceivedMessage:
-        m = r.message
-        return ReceivedMessage(
-            id=m.message_id,
-            body=m.data,
-            attributes=dict(m.attributes),
-            key=m.ordering_key or None,
-            publish_time=m.publish_time.ToDatetime(tzinfo=dt.UTC),
-            delivery_attempt=max(1, r.delivery_attempt),
-            handle=r.ack_id,
-        )
-
-    def _modify(self, ack_ids: list[str], seconds: int) -> None:
-        assert self._sub_path is not None
-        self._subscriber.modify_ack_deadline(
-            request={"subscription": self._sub_path, "ack_ids": ack_ids, "ack_deadline_seconds": seconds},
-            retry=None,
-            timeout=self._rpc_timeout(),
-        )
-
-    def ack(self, handle: Any) -> None:
-        assert self._sub_path is not None
-        self._subscriber.acknowledge(
-            request={"subscription": self._sub_path, "ack_ids": [handle]},
-            retry=None,
-            timeout=self._rpc_timeout(),
-        )
-
-    def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
-        assert self._sub_path is not None
-        ids = list(handles)
-        try:
-            self._subscriber.acknowledge(
-                request={"subscription": self._sub_path, "ack_ids": ids},
-                retry=None,
-                timeout=self._rpc_timeout(),
-            )
-        except gexc.GoogleAPICallError as exc:
-            failures = _ack_failures(exc)
-            if failures is None:
-                return [exc] * len(ids)
-            return [failures.get(ack_id) for ack_id in ids]
-        return [None] * len(ids)
-
-    def nack(self, handle: Any, delay: float) -> None:
-        self._modify([handle], math.ceil(delay))
-
-    def extend_lease(self, handle: Any, seconds: float) -> Any:
-        self._modify([handle], math.ceil(seconds))
-        return handle
-
-    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
-        if self._dead_letter_topic is None:
-            raise Unsupported("this subscription has no dead-letter policy", provider="pubsub")
-        attributes = dict(message.attributes)
-        attributes["portable.dead_letter_reason"] = reason
-        attributes["portable.dead_letter_source"] = redact(self._url("subscriptions", self.project, str(self.subscription_name)))
-        attributes["portable.delivery_attempts"] = str(message.delivery_attempt)
-        attributes["portable.original_id"] = message.id
-        raw = _RawMessage(data=message.body, attributes=attributes, ordering_key=message.key or "")
-        self._publish_raw(self._dead_letter_topic, [raw])
-        self.ack(message.handle)
-
-    def dead_letter_url(self) -> str | None:
-        return self._dead_letter_url
 
     # -- administration ------------------------------------------------------------
     def temporary(self, name: str) -> contextlib.AbstractContextManager[str]:

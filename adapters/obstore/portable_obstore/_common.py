@@ -14,7 +14,7 @@ implements the driver protocol on obstore's functions:
   :mod:`portable.resilience` retries.
 
 Errors stay native (``FileNotFoundError``, ``obstore.exceptions.*``) and
-:meth:`ObstoreStorage.code_of` classifies them; an error without a dedicated
+:class:`ObstoreClassifier` classifies them; an error without a dedicated
 type (``GenericError``) is classified by the HTTP status in its message.
 """
 
@@ -33,6 +33,8 @@ from typing import IO, Any, TypeVar
 import obstore
 from obstore import exceptions as oe
 
+from portable.driver import Classifier
+from portable.driver.http import HTTP_STATUS_CODES, code_of_status
 from portable.driver.storage import (
     ListPage,
     ObjectInfo,
@@ -43,7 +45,15 @@ from portable.driver.storage import (
 from portable.errors import ErrorCode, PortableError
 from portable.resilience import attempt_timeout, remaining
 
-__all__ = ["NO_RETRIES", "ObstoreStorage", "StreamFailed", "client_options", "http_status", "run_on_loop"]
+__all__ = [
+    "NO_RETRIES",
+    "ObstoreClassifier",
+    "ObstoreStorage",
+    "StreamFailed",
+    "client_options",
+    "http_status",
+    "run_on_loop",
+]
 
 T = TypeVar("T")
 
@@ -55,17 +65,9 @@ _WHOLE_REQUEST = dt.timedelta(hours=6)
 #: Bodies up to this size are read whole (``bytes()``); larger ones as one stream chunk.
 _INLINE_BODY = 64 * 1024
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})")
-_HTTP_CODES: dict[int, ErrorCode] = {
-    400: ErrorCode.INVALID_ARGUMENT,
-    401: ErrorCode.PERMISSION_DENIED,
-    403: ErrorCode.PERMISSION_DENIED,
-    404: ErrorCode.NOT_FOUND,
-    408: ErrorCode.DEADLINE_EXCEEDED,
+_HTTP_CODES = {
+    **HTTP_STATUS_CODES,
     409: ErrorCode.UNAVAILABLE,  # S3 ConditionalRequestConflict, Azure lease/being-deleted: retry
-    412: ErrorCode.PRECONDITION_FAILED,
-    413: ErrorCode.TOO_LARGE,
-    416: ErrorCode.INVALID_ARGUMENT,
-    429: ErrorCode.THROTTLED,
     503: ErrorCode.THROTTLED,  # S3 SlowDown, GCS/Azure "server busy"
 }
 _HTTP_KIND = re.compile(r"HttpError \{\s*kind: (\w+)")
@@ -324,8 +326,57 @@ class _ConditionalWrite(WriteStream):
         self._spool.close()
 
 
+# ---------------------------------------------------------------- errors
+class ObstoreClassifier(Classifier):
+    """Classifies obstore's errors by type, else by what their message reports.
+
+    An error without a dedicated type (``GenericError``) carries only a
+    message: the HTTP status in it, else object_store's HTTP error kind, else
+    words that name a timeout or a transport failure.
+    """
+
+    def code_of(self, exc: BaseException) -> ErrorCode:
+        if isinstance(exc, PortableError):
+            return exc.code
+        if isinstance(exc, StreamFailed) and exc.__cause__ is not None:
+            return self.code_of(exc.__cause__)
+        if isinstance(exc, FileNotFoundError | oe.NotFoundError):
+            return ErrorCode.NOT_FOUND
+        if isinstance(exc, oe.AlreadyExistsError):
+            return ErrorCode.ALREADY_EXISTS
+        if isinstance(exc, oe.PreconditionError | oe.NotModifiedError):
+            return ErrorCode.PRECONDITION_FAILED
+        if isinstance(exc, oe.PermissionDeniedError | oe.UnauthenticatedError):
+            return ErrorCode.PERMISSION_DENIED
+        if isinstance(exc, oe.NotSupportedError):
+            return ErrorCode.UNSUPPORTED
+        if isinstance(exc, oe.InvalidPathError | oe.UnknownConfigurationKeyError):
+            return ErrorCode.INVALID_ARGUMENT
+        if isinstance(exc, TimeoutError):
+            return ErrorCode.DEADLINE_EXCEEDED
+        if isinstance(exc, oe.BaseError | OSError):
+            status = http_status(exc)
+            if status is not None and (status in _HTTP_CODES or status >= 400):
+                return code_of_status(status, _HTTP_CODES)
+            full = str(exc)
+            kind = _HTTP_KIND.search(full)
+            if kind is not None:  # object_store's HttpErrorKind: Connect, Request, Timeout, ...
+                return ErrorCode.DEADLINE_EXCEEDED if kind.group(1) == "Timeout" else ErrorCode.UNAVAILABLE
+            head = full.split("Debug source:", 1)[0].lower()
+            if any(word in head for word in _TIMEOUT_WORDS):
+                return ErrorCode.DEADLINE_EXCEEDED
+            if isinstance(exc, oe.JoinError) or any(word in head for word in _TRANSPORT_WORDS):
+                return ErrorCode.UNAVAILABLE
+        return super().code_of(exc)
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        if isinstance(exc, StreamFailed):
+            return False  # the writer is poisoned: the Bucket aborts and the caller writes again
+        return super().is_retryable(exc)
+
+
 # ---------------------------------------------------------------- the driver base
-class ObstoreStorage(StorageDriver):
+class ObstoreStorage(ObstoreClassifier, StorageDriver):
     """A bucket (or container) on an obstore store, optionally under a prefix.
 
     Subclasses build ``store`` and set ``scheme``, ``endpoint`` and
@@ -435,28 +486,18 @@ class ObstoreStorage(StorageDriver):
         result = await obstore.get_async(self.store, self._root + key, options={"head": True})
         return self._info(key, result.meta, result.attributes)
 
+    def _put_arguments(self, options: WriteOptions) -> dict[str, Any]:
+        """obstore's ``put`` arguments of a write: one request (a condition cannot ride on a multipart upload)."""
+        return {"attributes": self.attributes(options), "mode": self.put_mode(options), "use_multipart": False}
+
     def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
         if attempt_timeout() is not None:
             return self._call(self._aput, key, data, options)
-        result = obstore.put(
-            self.store,
-            self._root + key,
-            data,
-            attributes=self.attributes(options),
-            mode=self.put_mode(options),
-            use_multipart=False,
-        )
+        result = obstore.put(self.store, self._root + key, data, **self._put_arguments(options))
         return self.etag_of(result)
 
     async def _aput(self, key: str, data: bytes, options: WriteOptions) -> str | None:
-        result = await obstore.put_async(
-            self.store,
-            self._root + key,
-            data,
-            attributes=self.attributes(options),
-            mode=self.put_mode(options),
-            use_multipart=False,
-        )
+        result = await obstore.put_async(self.store, self._root + key, data, **self._put_arguments(options))
         return self.etag_of(result)
 
     def delete(self, key: str) -> None:
@@ -614,51 +655,6 @@ class ObstoreStorage(StorageDriver):
             await obstore.copy_async(store, root + pair[0], root + pair[1])
 
         yield from zip((dst for _, dst in pairs), self._batch(one, pairs), strict=True)
-
-    # -- errors ---------------------------------------------------------
-    def code_of(self, exc: BaseException) -> ErrorCode:
-        if isinstance(exc, PortableError):
-            return exc.code
-        if isinstance(exc, StreamFailed) and exc.__cause__ is not None:
-            return self.code_of(exc.__cause__)
-        if isinstance(exc, FileNotFoundError | oe.NotFoundError):
-            return ErrorCode.NOT_FOUND
-        if isinstance(exc, oe.AlreadyExistsError):
-            return ErrorCode.ALREADY_EXISTS
-        if isinstance(exc, oe.PreconditionError | oe.NotModifiedError):
-            return ErrorCode.PRECONDITION_FAILED
-        if isinstance(exc, oe.PermissionDeniedError | oe.UnauthenticatedError):
-            return ErrorCode.PERMISSION_DENIED
-        if isinstance(exc, oe.NotSupportedError):
-            return ErrorCode.UNSUPPORTED
-        if isinstance(exc, oe.InvalidPathError | oe.UnknownConfigurationKeyError):
-            return ErrorCode.INVALID_ARGUMENT
-        if isinstance(exc, TimeoutError):
-            return ErrorCode.DEADLINE_EXCEEDED
-        if isinstance(exc, oe.BaseError | OSError):
-            status = http_status(exc)
-            if status is not None:
-                if status in _HTTP_CODES:
-                    return _HTTP_CODES[status]
-                if status >= 500:
-                    return ErrorCode.UNAVAILABLE
-                if 400 <= status < 500:
-                    return ErrorCode.INVALID_ARGUMENT
-            full = str(exc)
-            kind = _HTTP_KIND.search(full)
-            if kind is not None:  # object_store's HttpErrorKind: Connect, Request, Timeout, ...
-                return ErrorCode.DEADLINE_EXCEEDED if kind.group(1) == "Timeout" else ErrorCode.UNAVAILABLE
-            head = full.split("Debug source:", 1)[0].lower()
-            if any(word in head for word in _TIMEOUT_WORDS):
-                return ErrorCode.DEADLINE_EXCEEDED
-            if isinstance(exc, oe.JoinError) or any(word in head for word in _TRANSPORT_WORDS):
-                return ErrorCode.UNAVAILABLE
-        return super().code_of(exc)
-
-    def is_retryable(self, exc: BaseException) -> bool:
-        if isinstance(exc, StreamFailed):
-            return False  # the writer is poisoned: the Bucket aborts and the caller writes again
-        return super().is_retryable(exc)
 
     def as_(self, kind: type[Any]) -> Any:
         if isinstance(self.store, kind):

@@ -25,7 +25,8 @@ Options (the same as the fsspec engine's):
         the *name* of the environment variable holding the secret. Defaults to
         ``AZURE_STORAGE_CONNECTION_STRING`` / ``AZURE_STORAGE_ACCOUNT_KEY`` /
         ``AZURE_STORAGE_SAS_TOKEN``; ``auth=auto`` tries them in that order
-        (a named variable first), then ``identity``.
+        (a named variable first), then ``identity``: the fsspec engine's
+        resolution, :func:`portable.driver.credentials.resolve_azure_credentials`.
     ``max_concurrency`` (int): objects in flight in the batch methods.
         Defaults to 8.
     ``timeout`` (float): seconds per request. Defaults to 60.
@@ -72,144 +73,32 @@ import base64
 import datetime as dt
 import hashlib
 import hmac
-import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
-from portable.driver.redaction import redact
-from portable.driver.storage import StorageCapabilities, WriteOptions
-from portable.errors import ConfigError, InvalidURL
-from portable.provider_names import (
-    check_azure_account_name,
+from portable.driver.credentials import AzureCredentials, resolve_azure_credentials
+from portable.driver.limits import AZURE_MAX_BLOB_NAME, azure_blob_capabilities
+from portable.driver.naming import (
     check_azure_container_or_queue_name,
+    check_prefix_segments,
     decode_azure_metadata_name,
     encode_azure_metadata_name,
     parse_azure_blob_url,
 )
+from portable.driver.redaction import redact
+from portable.driver.storage import WriteOptions
+from portable.errors import Unsupported
 from portable.urls import ParsedURL
 
 from ._common import NO_RETRIES, ObstoreStorage, client_options
 
 __all__ = ["ObstoreAzureStorage", "decode_metadata_name", "encode_metadata_name"]
 
-MAX_BLOB_NAME = 1024
+MAX_BLOB_NAME = AZURE_MAX_BLOB_NAME
 SAS_VERSION = "2022-11-02"
 encode_metadata_name = encode_azure_metadata_name
 decode_metadata_name = decode_azure_metadata_name
-_AUTH_KINDS = ("auto", "connection_string", "key", "sas", "identity", "anonymous")
-
-
-@dataclass(frozen=True)
-class _Auth:
-    account: str
-    endpoint: str
-    kind: str
-    account_key: str | None = field(default=None, repr=False)
-    sas_token: str | None = field(default=None, repr=False)
-
-
-def _env(name: str, option: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise ConfigError(f"{option}={name} names an environment variable that is not set")
-    return value
-
-
-def _account_of(endpoint: str) -> str | None:
-    parts = urlsplit(endpoint)
-    host = parts.hostname or ""
-    if re.match(r"^[\d.]+$", host) or host == "localhost" or "." not in host:
-        return parts.path.strip("/").split("/", 1)[0] or None  # path-style (Azurite)
-    return host.split(".", 1)[0] or None
-
-
-def _from_connection_string(text: str, account: str | None, endpoint: str | None) -> _Auth:
-    pairs: dict[str, str] = {}
-    for part in text.strip().split(";"):
-        if part.strip():
-            label, sep, value = part.partition("=")
-            if not sep:
-                raise ConfigError("the Azure connection string is malformed: every part must be Name=value")
-            pairs[label.strip().lower()] = value.strip()
-    cs_account = pairs.get("accountname")
-    if account and cs_account and account != cs_account:
-        raise ConfigError(f"the connection string is for account {cs_account!r}, but the URL names {account!r}")
-    name = account or cs_account
-    found = endpoint or pairs.get("blobendpoint")
-    if found is None:
-        if not name:
-            raise ConfigError("the Azure connection string names neither AccountName nor BlobEndpoint")
-        protocol = pairs.get("defaultendpointsprotocol", "https")
-        found = f"{protocol}://{name}.blob.{pairs.get('endpointsuffix', 'core.windows.net')}"
-    name = name or _account_of(found)
-    if not name:
-        raise ConfigError("cannot tell the storage account from the connection string; add ?account=NAME")
-    key = pairs.get("accountkey")
-    sas = pairs.get("sharedaccesssignature")
-    if not key and not sas:
-        raise ConfigError("the Azure connection string holds neither AccountKey nor SharedAccessSignature")
-    return _Auth(name, found.rstrip("/"), "connection_string", key or None, None if key else (sas or "").lstrip("?"))
-
-
-def _resolve_auth(url: ParsedURL, account: str | None, endpoint: str | None) -> _Auth:
-    """The credentials of ``url``, resolved exactly as the fsspec engine resolves them."""
-    kind = (url.take_str("auth", "auto") or "auto").lower()
-    if kind not in _AUTH_KINDS:
-        raise InvalidURL(f"auth={kind!r} in {url}: use one of {', '.join(_AUTH_KINDS)}")
-    cs_env = url.take_str("connection_string_env")
-    key_env = url.take_str("account_key_env")
-    sas_env = url.take_str("sas_token_env")
-    if endpoint is not None:
-        parts = urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.username:
-            raise InvalidURL(f"blob_endpoint={redact(endpoint)!r} must be an http(s) URL without query or credentials")
-        endpoint = endpoint.rstrip("/")
-
-    def need_account() -> str:
-        name = account or (_account_of(endpoint) if endpoint else None) or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
-        if not name:
-            raise ConfigError(f"{url}: name the storage account with ?account=NAME (or AZURE_STORAGE_ACCOUNT_NAME)")
-        return name if endpoint is not None else check_azure_account_name(name)
-
-    def default_endpoint(name: str) -> str:
-        return endpoint or f"https://{name}.blob.core.windows.net"
-
-    def keyed(key: str) -> _Auth:
-        name = need_account()
-        return _Auth(name, default_endpoint(name), "key", account_key=key)
-
-    def sas(token: str) -> _Auth:
-        name = need_account()
-        return _Auth(name, default_endpoint(name), "sas", sas_token=token.lstrip("?"))
-
-    if kind == "auto":
-        if cs_env:
-            return _from_connection_string(_env(cs_env, "connection_string_env"), account, endpoint)
-        if key_env:
-            return keyed(_env(key_env, "account_key_env"))
-        if sas_env:
-            return sas(_env(sas_env, "sas_token_env"))
-        text = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
-        if text and (account is None or f"accountname={account}".lower() in text.lower().replace(" ", "")):
-            return _from_connection_string(text, account, endpoint)
-        if os.environ.get("AZURE_STORAGE_ACCOUNT_KEY"):
-            return keyed(os.environ["AZURE_STORAGE_ACCOUNT_KEY"])
-        if os.environ.get("AZURE_STORAGE_SAS_TOKEN"):
-            return sas(os.environ["AZURE_STORAGE_SAS_TOKEN"])
-        kind = "identity"
-    if kind == "connection_string":
-        return _from_connection_string(
-            _env(cs_env or "AZURE_STORAGE_CONNECTION_STRING", "connection_string_env"), account, endpoint
-        )
-    if kind == "key":
-        return keyed(_env(key_env or "AZURE_STORAGE_ACCOUNT_KEY", "account_key_env"))
-    if kind == "sas":
-        return sas(_env(sas_env or "AZURE_STORAGE_SAS_TOKEN", "sas_token_env"))
-    name = need_account()
-    return _Auth(name, default_endpoint(name), kind)
 
 
 class ObstoreAzureStorage(ObstoreStorage):
@@ -224,7 +113,7 @@ class ObstoreAzureStorage(ObstoreStorage):
         container: str,
         prefix: str = "",
         *,
-        auth: _Auth,
+        auth: AzureCredentials,
         scheme: str = "az",
         max_concurrency: int = 8,
         timeout: float = 60.0,
@@ -233,12 +122,9 @@ class ObstoreAzureStorage(ObstoreStorage):
         from obstore.store import AzureStore
 
         check_azure_container_or_queue_name(container, "container")
-        prefix = prefix.strip("/")
-        if prefix and any(seg in ("", ".", "..") for seg in prefix.split("/")):
-            raise InvalidURL(f"prefix {prefix!r} must not hold empty, '.' or '..' segments")
-        room = MAX_BLOB_NAME - (len(prefix) + 1 if prefix else 0)
-        if room < 1:
-            raise InvalidURL(f"the prefix leaves no room for keys: Azure blob names are at most {MAX_BLOB_NAME}")
+        prefix = check_prefix_segments(prefix)
+        # put() and a conditional stream are one Put Blob each (obstore's writer cannot carry conditions).
+        capabilities = azure_blob_capabilities(prefix, signed_urls=auth.can_sign, max_object_bytes=5000 * 1024 * 1024)
         self.scheme = scheme
         self.container = container
         self.auth = auth
@@ -259,23 +145,12 @@ class ObstoreAzureStorage(ObstoreStorage):
             retry_config=NO_RETRIES,  # type: ignore[arg-type]
         )
         super().__init__(store, prefix, concurrency=max_concurrency)
-        self.capabilities = StorageCapabilities(
-            conditional_create=True,
-            conditional_update=True,
-            conditional_streaming_write=True,
-            signed_urls=auth.account_key is not None,
-            server_side_copy=True,
-            multipart=True,
-            max_key_bytes=room,
-            max_object_bytes=5000 * 1024 * 1024,
-            max_metadata_bytes=2048,
-            min_part_bytes=64 * 1024,
-        )
+        self.capabilities = capabilities
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> ObstoreAzureStorage:
         where = parse_azure_blob_url(url)
-        auth = _resolve_auth(url, where.account, where.endpoint)
+        auth = resolve_azure_credentials(url, "blob", account=where.account, endpoint=where.endpoint)
         url.done()
         return cls(
             where.container,
@@ -316,8 +191,6 @@ class ObstoreAzureStorage(ObstoreStorage):
         """A service SAS for one blob, signed with the account key (HMAC-SHA256)."""
         key_b64 = self.auth.account_key
         if key_b64 is None:
-            from portable.errors import Unsupported
-
             raise Unsupported(f"{self.scheme}:// without a shared key cannot sign URLs", provider=self.scheme)
         name = self._root + key
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)

@@ -62,25 +62,30 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from portable.driver.storage import StorageCapabilities, WriteOptions
-from portable.errors import InvalidURL, PreconditionFailed
-from portable.provider_names import check_gcs_bucket_name
+from portable.driver.conditions import CREATE_ONLY_GENERATION, generation_precondition
+from portable.driver.limits import GCS_MAX_OBJECT_BYTES, gcs_capabilities
+from portable.driver.naming import (
+    GOOGLE_STORAGE_ENDPOINT,
+    check_gcs_bucket_name,
+    check_http_endpoint,
+    check_prefix_segments,
+    gcs_endpoint,
+    parse_gcs_url,
+)
+from portable.driver.storage import WriteOptions
+from portable.errors import InvalidURL
 from portable.urls import ParsedURL
 
 from ._common import NO_RETRIES, ObstoreStorage, client_options
 
 __all__ = ["ObstoreGCSStorage", "check_bucket_name"]
 
-GOOGLE_ENDPOINT = "https://storage.googleapis.com"
-MAX_OBJECT_BYTES = 5 * 1024**4
+GOOGLE_ENDPOINT = GOOGLE_STORAGE_ENDPOINT
+MAX_OBJECT_BYTES = GCS_MAX_OBJECT_BYTES
 check_bucket_name = check_gcs_bucket_name
-_GENERATION = re.compile(r"^[0-9]{1,20}$")
-
-
 
 
 class ObstoreGCSStorage(ObstoreStorage):
@@ -103,30 +108,25 @@ class ObstoreGCSStorage(ObstoreStorage):
         from obstore.store import GCSStore
 
         self.bucket = check_bucket_name(bucket)
-        prefix = prefix.strip("/")
-        if prefix and any(seg in ("", ".", "..") for seg in prefix.split("/")):
-            raise InvalidURL(f"the prefix {prefix!r} must not hold empty, '.' or '..' segments")
-        endpoint = (endpoint_url or os.environ.get("STORAGE_EMULATOR_HOST") or "").rstrip("/")
-        if endpoint and not endpoint.startswith(("http://", "https://")):
-            endpoint = f"http://{endpoint}"
-        self.endpoint = endpoint or GOOGLE_ENDPOINT
+        prefix = check_prefix_segments(prefix)
+        self.endpoint, custom_endpoint = gcs_endpoint(endpoint_url, os.environ.get("STORAGE_EMULATOR_HOST"))
         if token is None:
-            token = "anon" if endpoint else "google_default"
+            token = "anon" if custom_endpoint else "google_default"
         key_file = signing_key_file or (token if token not in ("anon", "google_default", "cloud") else None)
         config: dict[str, Any] = {}
         if key_file is not None:
             if not os.path.isfile(key_file):
                 raise InvalidURL(f"the service-account key file {key_file!r} does not exist")
             config["service_account"] = key_file
-            if endpoint:
-                config["base_url"] = endpoint
+            if custom_endpoint:
+                config["base_url"] = self.endpoint
         elif token == "anon":
             # object_store's test mode: no OAuth, requests go to gcs_base_url unsigned.
             config["service_account_key"] = json.dumps(
                 {"gcs_base_url": self.endpoint, "disable_oauth": True, "client_email": "", "private_key": "", "private_key_id": ""}
             )
-        elif endpoint:
-            config["base_url"] = endpoint
+        elif custom_endpoint:
+            config["base_url"] = self.endpoint
         store = GCSStore(
             self.bucket,
             config=config,  # type: ignore[arg-type]
@@ -134,42 +134,22 @@ class ObstoreGCSStorage(ObstoreStorage):
             retry_config=NO_RETRIES,  # type: ignore[arg-type]
         )
         super().__init__(store, prefix, concurrency=concurrency)
-        self.capabilities = StorageCapabilities(
-            conditional_create=True,
-            conditional_update=True,
-            conditional_streaming_write=True,
-            signed_urls=key_file is not None,
-            server_side_copy=True,
-            multipart=True,
-            max_key_bytes=1024 - len(self._root.encode("utf-8")),
-            max_object_bytes=MAX_OBJECT_BYTES,
-            max_metadata_bytes=8 * 1024,
-            min_part_bytes=5 * 1024 * 1024,
-        )
+        self.capabilities = gcs_capabilities(prefix, signed_urls=key_file is not None, min_part_bytes=5 * 1024 * 1024)
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> ObstoreGCSStorage:
-        url.take_str("project")
-        endpoint_url = url.take_str("endpoint_url")
-        token = url.take_str("token")
-        signing_key_file = url.take_str("signing_key_file")
-        timeout = url.take("timeout", float, 60.0)
-        concurrency = url.take("concurrency", int, 16)
+        where = parse_gcs_url(url)  # project is taken and not needed: object calls name no project
         url.done()
-        if not timeout > 0:
-            raise InvalidURL(f"timeout in {url} must be > 0 seconds")
-        if not 1 <= concurrency <= 256:
-            raise InvalidURL(f"concurrency in {url} must be from 1 to 256")
-        if endpoint_url is not None and not re.match(r"^https?://[^/?#\s]+", endpoint_url):
-            raise InvalidURL(f"endpoint_url in {url} must be http(s)://host[:port], got {endpoint_url!r}")
+        if where.endpoint_url is not None:
+            check_http_endpoint(where.endpoint_url, url)
         return cls(
-            url.host,
-            url.path,
-            endpoint_url=endpoint_url,
-            token=token,
-            signing_key_file=signing_key_file,
-            timeout=timeout,
-            concurrency=concurrency,
+            where.bucket,
+            where.prefix,
+            endpoint_url=where.endpoint_url,
+            token=where.token,
+            signing_key_file=where.signing_key_file,
+            timeout=where.timeout,
+            concurrency=where.concurrency,
         )
 
     def __repr__(self) -> str:
@@ -177,15 +157,10 @@ class ObstoreGCSStorage(ObstoreStorage):
 
     # -- hooks: the generation is the etag --------------------------------
     def put_mode(self, options: WriteOptions) -> Any:
-        if options.if_none_match:
-            return "create"
-        if options.if_match is not None:
-            if not _GENERATION.match(options.if_match):
-                raise PreconditionFailed(
-                    f"{options.if_match!r} is not a GCS generation, so it cannot be current", provider="gs"
-                )
-            return {"version": options.if_match}
-        return None
+        generation = generation_precondition(options)
+        if generation is None:
+            return None
+        return "create" if generation == CREATE_ONLY_GENERATION else {"version": generation}
 
     def etag_of(self, result: Mapping[str, Any]) -> str | None:
         version = result.get("version")

@@ -71,13 +71,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from portable.errors import InvalidURL, MissingDependency
-from portable.provider_names import check_s3_bucket_name
+from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
+from portable.driver.naming import check_s3_bucket_name, parse_s3_url
+from portable.errors import MissingDependency
 from portable.resilience import remaining
 from portable.urls import ParsedURL
 
@@ -85,10 +85,9 @@ from ._common import NO_RETRIES, ObstoreStorage, client_options, run_on_loop
 
 __all__ = ["ObstoreS3Storage", "check_bucket_name"]
 
-MAX_PUT_BYTES = 5 * 1024**3
-MAX_KEY_BYTES = 1024
+MAX_PUT_BYTES = S3_MAX_PUT_BYTES
+MAX_KEY_BYTES = S3_MAX_KEY_BYTES
 check_bucket_name = check_s3_bucket_name
-_REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}-\d{1,2}$")
 
 
 def _boto3_wanted(profile: str | None) -> bool:
@@ -125,9 +124,7 @@ class ObstoreS3Storage(ObstoreStorage):
 
         self.bucket = check_bucket_name(bucket)
         prefix = prefix.strip("/")
-        root_bytes = len(prefix.encode("utf-8")) + 1 if prefix else 0
-        if root_bytes >= MAX_KEY_BYTES - 16:
-            raise InvalidURL(f"the prefix of s3://{bucket}/{prefix[:40]}... leaves no room for keys")
+        capabilities = s3_capabilities(bucket, prefix)
         endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         self.endpoint = endpoint.rstrip("/") if endpoint else f"https://s3.{region or 'us-east-1'}.amazonaws.com"
@@ -170,53 +167,22 @@ class ObstoreS3Storage(ObstoreStorage):
             credential_provider=provider,
         )
         super().__init__(store, prefix, concurrency=concurrency)
-        self.capabilities = self.capabilities.__class__(
-            conditional_create=True,
-            conditional_update=True,
-            conditional_streaming_write=True,
-            signed_urls=True,
-            server_side_copy=True,
-            multipart=True,
-            max_key_bytes=MAX_KEY_BYTES - root_bytes,
-            max_object_bytes=MAX_PUT_BYTES,
-            max_metadata_bytes=2048,
-            min_part_bytes=5 * 1024 * 1024,
-        )
+        self.capabilities = capabilities
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> ObstoreS3Storage:
-        if not url.host:
-            raise InvalidURL(f"{url} names no bucket: write s3://BUCKET[/PREFIX]")
-        region = url.take_str("region")
-        if region is not None and not _REGION.match(region):
-            raise InvalidURL(f"region={region!r} in {url} is not an AWS region such as 'eu-west-1'")
-        endpoint = url.take_str("endpoint_url")
-        if endpoint is not None and not re.match(r"^https?://[^/?#\s]+", endpoint):
-            raise InvalidURL(f"endpoint_url in {url} must be http(s)://host[:port], got {endpoint!r}")
-        timeout = url.take("timeout", float, 30.0)
-        if not 0 < timeout <= 3600:
-            raise InvalidURL(f"timeout in {url} must be between 0 and 3600 seconds, got {timeout}")
-        profile = url.take_str("profile")
-        style = url.take_str("addressing_style")
-        if style not in (None, "auto", "path", "virtual"):
-            raise InvalidURL(f"addressing_style in {url} must be auto, path or virtual, got {style!r}")
-        concurrency = url.take("concurrency", int, 16)
-        if not 1 <= concurrency <= 512:
-            raise InvalidURL(f"concurrency in {url} must be from 1 to 512, got {concurrency}")
+        where = parse_s3_url(url, default_concurrency=16)
         sign_payload = url.take("sign_payload", bool, None)
         url.done()
-        prefix = url.path.strip("/")
-        if prefix and (".." in prefix.split("/") or "//" in prefix):
-            raise InvalidURL(f"the prefix of {url} has an empty or '..' segment")
         return cls(
-            url.host,
-            prefix,
-            region=region,
-            endpoint_url=endpoint,
-            profile=profile,
-            addressing_style=style,  # type: ignore[arg-type]
-            timeout=timeout,
-            concurrency=concurrency,
+            where.bucket,
+            where.prefix,
+            region=where.aws.region,
+            endpoint_url=where.aws.endpoint_url,
+            profile=where.aws.profile,
+            addressing_style=where.addressing_style,
+            timeout=where.aws.timeout,
+            concurrency=where.concurrency,
             sign_payload=sign_payload,
         )
 

@@ -1,34 +1,46 @@
-"""Naming rules of the cloud providers, shared by every engine of a scheme.
+"""Naming rules and URL grammar of the cloud providers, shared by every engine of a scheme.
 
 Pure string checks with no SDK behind them, so that the fsspec and obstore
 engines of ``s3://``, ``gs://`` and ``az://`` accept exactly the same names
 and URLs, and store metadata in exactly the same form (each engine reads the
 other's objects). Each check returns the name or raises
 :class:`~portable.errors.InvalidURL` saying what a valid name looks like,
-before any request is sent.
+before any request is sent. The ``parse_*_url`` functions read a scheme's
+location and common options; the caller takes its engine's own options,
+then calls ``url.done()``.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from .errors import InvalidURL
+from ..errors import InvalidURL
 
 if TYPE_CHECKING:
-    from .urls import ParsedURL
+    from ..urls import ParsedURL
 
 __all__ = [
+    "AWSURLOptions",
     "AzureBlobURL",
+    "GCSURL",
+    "GOOGLE_STORAGE_ENDPOINT",
+    "S3URL",
     "check_azure_account_name",
     "check_azure_container_or_queue_name",
     "check_gcs_bucket_name",
+    "check_http_endpoint",
+    "check_prefix_segments",
     "check_s3_bucket_name",
     "decode_azure_metadata_name",
     "encode_azure_metadata_name",
+    "gcs_endpoint",
     "parse_azure_blob_url",
+    "parse_gcs_url",
+    "parse_s3_url",
     "reject_azure_inline_secrets",
+    "take_aws_options",
 ]
 
 _S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -37,6 +49,8 @@ _AZURE_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
 _AZURE_CONTAINER = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
 _CS_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ESCAPE = "pt_"
+_AWS_REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}-\d{1,2}$")
+_HTTP_ENDPOINT = re.compile(r"^https?://[^/?#\s]+")
 
 
 def check_s3_bucket_name(name: str) -> str:
@@ -123,6 +137,150 @@ def decode_azure_metadata_name(name: str) -> str:
             out.append(body[i])
             i += 1
     return "".join(out)
+
+
+def check_prefix_segments(prefix: str) -> str:
+    """Return ``prefix`` (without slashes at its ends) if no segment is empty, ``.`` or ``..``.
+
+    Raises:
+        InvalidURL: a segment is empty, ``.`` or ``..``.
+    """
+    prefix = prefix.strip("/")
+    if prefix and any(seg in ("", ".", "..") for seg in prefix.split("/")):
+        raise InvalidURL(f"the prefix {prefix!r} must not hold empty, '.' or '..' segments")
+    return prefix
+
+
+def check_http_endpoint(endpoint: str, url: ParsedURL, option: str = "endpoint_url") -> str:
+    """Return ``endpoint`` if it is ``http(s)://host[:port]...``, else raise InvalidURL."""
+    if not _HTTP_ENDPOINT.match(endpoint):
+        raise InvalidURL(f"{option} in {url} must be http(s)://host[:port], got {endpoint!r}")
+    return endpoint
+
+
+# ---------------------------------------------------------------- AWS and S3 URLs
+class AWSURLOptions(NamedTuple):
+    """The URL options every AWS driver takes (``s3://``, ``sqs://``, ``batch://``, ``dynamodb://``)."""
+
+    region: str | None  #: ``region=``, else None (the SDK's chain)
+    endpoint_url: str | None  #: ``endpoint_url=`` without a trailing slash, else None (AWS)
+    profile: str | None  #: ``profile=``, a profile of ``~/.aws/config``
+    timeout: float  #: ``timeout=``, seconds per request; 30 by default
+
+
+def take_aws_options(url: ParsedURL) -> AWSURLOptions:
+    """Read ``region``, ``endpoint_url``, ``profile`` and ``timeout`` from ``url``.
+
+    Raises:
+        InvalidURL: a region that is not of AWS's form, an endpoint that is
+            not http(s), or a timeout outside (0, 3600] seconds.
+    """
+    region = url.take_str("region")
+    if region is not None and not _AWS_REGION.match(region):
+        raise InvalidURL(f"region={region!r} in {url} is not an AWS region such as 'eu-west-1'")
+    endpoint = url.take_str("endpoint_url")
+    if endpoint is not None:
+        endpoint = check_http_endpoint(endpoint, url).rstrip("/")
+    timeout = url.take("timeout", float, 30.0)
+    if not 0 < timeout <= 3600:
+        raise InvalidURL(f"timeout in {url} must be between 0 and 3600 seconds, got {timeout}")
+    return AWSURLOptions(region, endpoint or None, url.take_str("profile"), timeout)
+
+
+class S3URL(NamedTuple):
+    """Where an ``s3://`` URL points, as both S3 engines read it."""
+
+    bucket: str  #: the URL's host (checked by the engine: a constructor call checks it too)
+    prefix: str  #: the URL's path without slashes at its ends
+    aws: AWSURLOptions
+    addressing_style: Literal["auto", "path", "virtual"] | None
+    concurrency: int  #: objects in flight in the batch methods
+
+
+def parse_s3_url(url: ParsedURL, *, default_concurrency: int) -> S3URL:
+    """Take the location and common options of ``s3://BUCKET[/PREFIX]``.
+
+    Args:
+        url: the parsed URL; its options are taken, not checked for leftovers.
+        default_concurrency: the engine's ``concurrency`` when the URL has none.
+
+    Raises:
+        InvalidURL: no bucket, a bad option, or a prefix with an empty or
+            ``..`` segment.
+    """
+    if not url.host:
+        raise InvalidURL(f"{url} names no bucket: write s3://BUCKET[/PREFIX]")
+    aws = take_aws_options(url)
+    style = url.take_str("addressing_style")
+    if style not in (None, "auto", "path", "virtual"):
+        raise InvalidURL(f"addressing_style in {url} must be auto, path or virtual, got {style!r}")
+    concurrency = url.take("concurrency", int, default_concurrency)
+    if not 1 <= concurrency <= 512:
+        raise InvalidURL(f"concurrency in {url} must be from 1 to 512, got {concurrency}")
+    prefix = url.path.strip("/")
+    if prefix and (".." in prefix.split("/") or "//" in prefix):
+        raise InvalidURL(f"the prefix of {url} has an empty or '..' segment")
+    return S3URL(url.host, prefix, aws, style, concurrency)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- GCS URLs
+#: Where GCS requests go when neither the URL nor ``STORAGE_EMULATOR_HOST`` says otherwise.
+GOOGLE_STORAGE_ENDPOINT = "https://storage.googleapis.com"
+
+
+class GCSURL(NamedTuple):
+    """Where a ``gs://`` URL points, as both GCS engines read it."""
+
+    bucket: str  #: the URL's host (checked by the engine's constructor)
+    prefix: str  #: the URL's path, as written
+    project: str | None
+    endpoint_url: str | None
+    token: str | None
+    signing_key_file: str | None
+    timeout: float  #: seconds per request; 60 by default
+    concurrency: int  #: objects in flight in the batch methods; 16 by default
+
+
+def parse_gcs_url(url: ParsedURL) -> GCSURL:
+    """Take the location and common options of ``gs://BUCKET[/PREFIX]``.
+
+    Raises:
+        InvalidURL: a timeout that is not positive, or a concurrency outside 1-256.
+    """
+    fields = GCSURL(
+        url.host,
+        url.path,
+        url.take_str("project"),
+        url.take_str("endpoint_url"),
+        url.take_str("token"),
+        url.take_str("signing_key_file"),
+        url.take("timeout", float, 60.0),
+        url.take("concurrency", int, 16),
+    )
+    if not fields.timeout > 0:
+        raise InvalidURL(f"timeout in {url} must be > 0 seconds")
+    if not 1 <= fields.concurrency <= 256:
+        raise InvalidURL(f"concurrency in {url} must be from 1 to 256")
+    return fields
+
+
+def gcs_endpoint(endpoint_url: str | None, emulator_host: str | None) -> tuple[str, bool]:
+    """Where GCS requests go, and whether that is not Google's own endpoint.
+
+    Args:
+        endpoint_url: the URL's ``endpoint_url``, if any.
+        emulator_host: ``$STORAGE_EMULATOR_HOST``, if set; a bare
+            ``host:port`` is read as ``http://host:port``.
+
+    Returns:
+        ``(endpoint, custom)``: the endpoint without a trailing slash
+        (:data:`GOOGLE_STORAGE_ENDPOINT` when neither is given), and whether
+        one was given (an emulator: the credentials default to ``anon``).
+    """
+    endpoint = (endpoint_url or emulator_host or "").rstrip("/")
+    if endpoint and not endpoint.startswith(("http://", "https://")):
+        endpoint = f"http://{endpoint}"
+    return endpoint or GOOGLE_STORAGE_ENDPOINT, bool(endpoint)
 
 
 # ---------------------------------------------------------------- Azure URLs

@@ -1,0 +1,61 @@
+"""HTTP as every storage driver reads and writes it: ranges and status codes.
+
+Provider-neutral: what a status means is the same on S3, GCS and Azure up to
+a few codes that a driver overrides (a 409, a 503), so each driver starts
+from :data:`HTTP_STATUS_CODES` and names only its differences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import ErrorCode
+
+__all__ = ["HTTP_STATUS_CODES", "code_of_status", "range_header"]
+
+#: What an HTTP error status means wherever a provider gives it no other meaning.
+HTTP_STATUS_CODES: Mapping[int, ErrorCode] = {
+    400: ErrorCode.INVALID_ARGUMENT,
+    401: ErrorCode.PERMISSION_DENIED,
+    403: ErrorCode.PERMISSION_DENIED,
+    404: ErrorCode.NOT_FOUND,
+    408: ErrorCode.DEADLINE_EXCEEDED,
+    412: ErrorCode.PRECONDITION_FAILED,
+    413: ErrorCode.TOO_LARGE,
+    416: ErrorCode.INVALID_ARGUMENT,
+    429: ErrorCode.THROTTLED,
+}
+
+
+def code_of_status(
+    status: int,
+    table: Mapping[int, ErrorCode] = HTTP_STATUS_CODES,
+    *,
+    other_client_error: ErrorCode = ErrorCode.INVALID_ARGUMENT,
+) -> ErrorCode:
+    """The stable code of an HTTP error status.
+
+    Args:
+        status: the HTTP status of the answer.
+        table: the statuses with a meaning of their own. Defaults to
+            :data:`HTTP_STATUS_CODES`.
+        other_client_error: the code of a 4xx status that ``table`` does not
+            name. Defaults to INVALID_ARGUMENT.
+
+    Returns:
+        ``table[status]``; else UNAVAILABLE for a 5xx, ``other_client_error``
+        for a 4xx, and UNKNOWN for anything else.
+    """
+    code = table.get(status)
+    if code is not None:
+        return code
+    if status >= 500:
+        return ErrorCode.UNAVAILABLE
+    if 400 <= status < 500:
+        return other_client_error
+    return ErrorCode.UNKNOWN
+
+
+def range_header(start: int, end: int | None) -> str:
+    """The ``Range`` header value of the bytes ``[start, end)`` (to the end when ``end`` is None)."""
+    return f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
