@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Final
 
 from .. import urls
@@ -74,11 +73,7 @@ def open_store(
             raise PortableError(f"{parsed}: the store is not an IdempotencyStore")
         return store
     limit = parsed.take("max_result_bytes", int, DEFAULT_MAX_RESULT_BYTES)
-    if loaded is None:
-        loaded = _profile(profile)
-    if policy is not None:
-        loaded = dataclasses.replace(loaded, resilience=policy)
-    bucket = open_bucket(without_options(parsed, "max_result_bytes"), profile=loaded)
+    bucket = open_bucket(without_options(parsed, "max_result_bytes"), profile=loaded or profile, policy=policy)
     return BucketStore(bucket, max_result_bytes=limit)
 
 

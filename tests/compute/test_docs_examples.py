@@ -107,7 +107,7 @@ def _needs(block: Block) -> list[pytest.MarkDecorator]:
 )
 def test_python_block_runs(block: Block, workdir: Path) -> None:
     if block.marker == ("needs", "dask"):
-        pytest.importorskip("portable_dask", reason="portable-dask (contrib/dask) is not installed")
+        pytest.importorskip("portable_dask", reason="portable-cloud-dask (contrib/dask) is not installed")
     program = compile("\n" * (block.line - 1) + block.code, str(PAGE), "exec")
     namespace: dict[str, object] = {"__name__": f"docs_compute_line{block.line}"}
     try:

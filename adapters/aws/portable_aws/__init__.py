@@ -1,4 +1,4 @@
-"""portable-aws: Amazon S3 (``s3://``), SQS (``sqs://``), AWS Batch (``batch://``) and a
+"""portable-cloud-aws: Amazon S3 (``s3://``), SQS (``sqs://``), AWS Batch (``batch://``) and a
 DynamoDB idempotency store (``dynamodb://``) for portable.
 
 Application code does not import this package: it opens URLs through

@@ -115,7 +115,14 @@ from portable.driver.compute import (
 from portable.errors import ErrorCode, IdempotencyConflict, InvalidArgument, InvalidURL
 from portable.urls import ParsedURL
 
-from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config, new_client
+from ._aws import (
+    AWSClassifier,
+    AWSOptions,
+    BotoClientOwner,
+    aws_error_code,
+    boto_config,
+    new_client,
+)
 
 __all__ = ["BatchLauncher", "JobNotFound"]
 
@@ -310,7 +317,7 @@ class _JobLogs:
             tokens[stream] = new
 
 
-class BatchLauncher(AWSClassifier, ComputeDriver):
+class BatchLauncher(BotoClientOwner, AWSClassifier, ComputeDriver):
     """Jobs on one AWS Batch job queue with one job definition."""
 
     scheme = "batch"
@@ -589,13 +596,6 @@ class BatchLauncher(AWSClassifier, ComputeDriver):
                 return ErrorCode.NOT_FOUND
         return super().code_of(exc)
 
-    def as_(self, kind: type[Any]) -> Any:
-        from botocore.client import BaseClient
-
-        if kind is BaseClient or isinstance(self.client, kind):
-            return self.client
-        return None
-
     def close(self) -> None:
-        self.client.close()
+        super().close()
         self.logs_client.close()

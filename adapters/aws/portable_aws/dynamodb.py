@@ -67,7 +67,14 @@ from portable.errors import InvalidURL, PortableError
 from portable.resilience import Guard, ResiliencePolicy
 from portable.urls import ParsedURL
 
-from ._aws import AWSClassifier, AWSOptions, aws_error_code, boto_config, new_client
+from ._aws import (
+    AWSClassifier,
+    AWSOptions,
+    BotoClientOwner,
+    aws_error_code,
+    boto_config,
+    new_client,
+)
 
 __all__ = ["DynamoDBStore"]
 
@@ -99,7 +106,7 @@ def _record(key: str, item: dict[str, Any]) -> IdempotencyRecord:
     }
 
 
-class DynamoDBStore(AWSClassifier):
+class DynamoDBStore(BotoClientOwner, AWSClassifier):
     """Idempotency records in one DynamoDB table (see the module docstring).
 
     Args:
@@ -347,16 +354,6 @@ class DynamoDBStore(AWSClassifier):
                     raise
 
         self._guard.call("admin", f"create table {self.table}", create)
-
-    def as_(self, kind: type[Any]) -> Any:
-        from botocore.client import BaseClient
-
-        if kind is BaseClient or isinstance(self.client, kind):
-            return self.client
-        return None
-
-    def close(self) -> None:
-        self.client.close()
 
     def code_of(self, exc: BaseException) -> Any:
         if isinstance(exc, PortableError):

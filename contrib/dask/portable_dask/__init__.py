@@ -1,4 +1,4 @@
-"""portable-dask: a :mod:`portable.compute` launcher on Dask (``dask://``, ``dask+local://``)."""
+"""portable-cloud-dask: a :mod:`portable.compute` launcher on Dask (``dask://``, ``dask+local://``)."""
 
 from __future__ import annotations
 

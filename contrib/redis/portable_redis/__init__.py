@@ -1,4 +1,4 @@
-"""portable-redis: a Redis idempotency store for :mod:`portable.idempotency`.
+"""portable-cloud-redis: a Redis idempotency store for :mod:`portable.idempotency`.
 
 ``open_store("redis://127.0.0.1:6379/0")`` returns a :class:`RedisStore`
 (through the entry-point group ``portable.idempotency``).

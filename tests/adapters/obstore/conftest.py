@@ -65,7 +65,7 @@ def azure(azurite: Any) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def blob_container(azure: dict[str, str]) -> str:
-    """One container for the session, made with the azure-storage-blob SDK (installed by portable-azure)."""
+    """One container for the session, made with the azure-storage-blob SDK (installed by portable-cloud-azure)."""
     from azure.storage.blob import BlobServiceClient
 
     name = f"pto-{uuid.uuid4().hex[:12]}"

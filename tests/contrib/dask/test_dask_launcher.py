@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest.importorskip("distributed", reason="portable-dask is not installed")
+pytest.importorskip("distributed", reason="portable-cloud-dask is not installed")
 
 from distributed import LocalCluster
 from portable_dask import DaskLauncher, local_cluster, submit_callable

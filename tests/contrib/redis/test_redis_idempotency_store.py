@@ -1,4 +1,4 @@
-"""portable-redis: the Redis idempotency store against a real redis-server.
+"""portable-cloud-redis: the Redis idempotency store against a real redis-server.
 
 The shared contract (claim, complete, release, expiry, takeover, races between
 processes, kill -9) runs on Redis in tests/idempotency; this module tests what
