@@ -25,12 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .driver.idempotency import IdempotencyStore, fingerprint
-from .driver.redaction import redact
-from .errors import IdempotencyConflict, PortableError, PreconditionFailed
+from ..driver.idempotency import IdempotencyStore, fingerprint
+from ..driver.redaction import redact
+from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
 
 if TYPE_CHECKING:
-    from .messaging import Message, Subscription, Topic
+    from . import Message, Subscription, Topic
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
@@ -163,7 +163,7 @@ class _Consumer:
         return self.stats
 
     def _receive_loop(self) -> None:
-        from .messaging import _MAX_RECEIVE  # not at the top: messaging imports this module
+        from . import _MAX_RECEIVE  # not at the top: messaging imports this module
 
         sub = self.sub
         stop = self.stop
@@ -303,7 +303,7 @@ class _Consumer:
                     self.claims.pop(id(message), None)
 
     def _process_once(self, message: Message) -> None:
-        from .messaging import _ACKED  # not at the top: messaging imports this module
+        from . import _ACKED  # not at the top: messaging imports this module
 
         if self.stop.is_set() and self.abandon.is_set():
             self._release(message)
@@ -394,7 +394,7 @@ class _Consumer:
         self._count("nacked")
 
     def _to_dead_letter(self, message: Message, reason: str) -> None:
-        from .messaging import _DEAD  # not at the top: messaging imports this module
+        from . import _DEAD  # not at the top: messaging imports this module
 
         try:
             if message._settle(_DEAD):

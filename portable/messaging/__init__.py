@@ -67,12 +67,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
-from . import urls
-from ._consumer import RunStats, _Consumer, _signals_stop
-from ._native import native_object
-from .config import Profile, check_requirements, load_profile
-from .driver.idempotency import Claim, IdempotencyStore
-from .driver.messaging import (
+from .. import urls
+from .._native import native_object
+from ..config import Profile, check_requirements, load_profile
+from ..driver.idempotency import Claim, IdempotencyStore
+from ..driver.messaging import (
     IDEMPOTENCY_ATTRIBUTE,
     RESERVED_PREFIX,
     MessagingCapabilities,
@@ -83,8 +82,8 @@ from .driver.messaging import (
     SubscriptionDriver,
     TopicDriver,
 )
-from .driver.redaction import redact
-from .errors import (
+from ..driver.redaction import redact
+from ..errors import (
     ConfigError,
     InvalidArgument,
     InvalidKey,
@@ -93,12 +92,13 @@ from .errors import (
     TooLarge,
     Unsupported,
 )
-from .resilience import Guard, ResiliencePolicy
+from ..resilience import Guard, ResiliencePolicy
+from ._consumer import RunStats, _Consumer, _signals_stop
 
 if TYPE_CHECKING:
     import datetime as dt
 
-    from .cloudevents import CloudEvent
+    from ..cloudevents import CloudEvent
 
 __all__ = [
     "Claim",
@@ -376,7 +376,7 @@ class Topic:
         body. Either way the idempotency key is ``source`` and ``id``, so a repeat
         of the same event is deduplicated where the provider can.
         """
-        from .cloudevents import to_message
+        from ..cloudevents import to_message
 
         body, attributes = to_message(event, mode=mode)
         return self.publish(body, key=key, attributes=attributes, idempotency_key=event.dedup_key())
@@ -528,7 +528,7 @@ class Message:
         Raises:
             InvalidArgument: the message is not a CloudEvent.
         """
-        from .cloudevents import from_message
+        from ..cloudevents import from_message
 
         return from_message(self.body, self.attributes)
 
@@ -664,7 +664,7 @@ def default_idempotency_key(message: Message) -> str | None:
     key = message.idempotency_key
     if key is not None:
         return key
-    from .cloudevents import dedup_key_of
+    from ..cloudevents import dedup_key_of
 
     return dedup_key_of(message.body, message.attributes)
 
