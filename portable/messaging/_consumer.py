@@ -1,15 +1,12 @@
 """The consumer loop behind :meth:`portable.messaging.Subscription.run`.
 
-Private: use ``Subscription.run``; :class:`RunStats` is re-exported from
-:mod:`portable.messaging`. One :class:`_Consumer` per ``run()`` call: the
-caller's thread receives, a pool of ``concurrency`` workers runs the handler,
-and one lease keeper extends message leases and idempotency claims. The loop
-settles each message exactly once (ack, nack with backoff, or dead letter) and
-never acks a message whose handler did not finish.
-
-``portable.messaging`` imports this module at its top, so this module imports
-nothing from it at import time: the message states and the receive limit are
-imported inside the methods that use them, and the types only for checking.
+Private: use ``Subscription.run``; :class:`RunStats` and
+:func:`default_idempotency_key` are re-exported from :mod:`portable.messaging`.
+One :class:`ConsumerLoop` per ``run()`` call: the caller's thread receives, a
+pool of ``concurrency`` workers runs the handler, and one lease keeper extends
+message leases and idempotency claims. The loop settles each message exactly
+once (ack, nack with backoff, or dead letter) and never acks a message whose
+handler did not finish.
 """
 
 from __future__ import annotations
@@ -25,19 +22,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..cloudevents import dedup_key_of
 from ..driver.idempotency import IdempotencyStore, fingerprint
+from ..driver.messaging import ACKED, DEAD_LETTERED, MAX_RECEIVE
 from ..driver.redaction import redact
 from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
+from ._message import Message, MessageSettler
 
 if TYPE_CHECKING:
-    from . import Message, Subscription, Topic
+    from ._subscription import Subscription
+    from ._topic import Topic
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
 
 
-def _fingerprint(body: bytes) -> str:
-    return fingerprint(body)
+def default_idempotency_key(message: Message) -> str | None:
+    """The key ``run()`` deduplicates on: ``portable.idempotency_key``, else a CloudEvent's source and id."""
+    key = message.idempotency_key
+    if key is not None:
+        return key
+    return dedup_key_of(message.body, message.attributes)
 
 
 @dataclass
@@ -68,7 +73,8 @@ class RunStats:
 
 
 @contextlib.contextmanager
-def _signals_stop(consumer: _Consumer) -> Iterator[None]:
+def stop_on_signals(consumer: ConsumerLoop) -> Iterator[None]:
+    """Make SIGTERM and SIGINT stop ``consumer`` gracefully (a second one stops the drain), from the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -90,7 +96,7 @@ def _signals_stop(consumer: _Consumer) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-class _Consumer:
+class ConsumerLoop:
     """The machinery of one :meth:`Subscription.run` call.
 
     Threads: the caller's thread receives; a pool of ``concurrency`` workers runs
@@ -101,6 +107,7 @@ class _Consumer:
     def __init__(
         self,
         sub: Subscription,
+        settler: MessageSettler,
         handler: Callable[[Message], Any],
         *,
         concurrency: int,
@@ -118,6 +125,7 @@ class _Consumer:
         idempotency_ttl: float,
     ) -> None:
         self.sub = sub
+        self.settler = settler
         self.handler = handler
         self.concurrency = concurrency
         self.max_deliveries = max_deliveries
@@ -163,8 +171,6 @@ class _Consumer:
         return self.stats
 
     def _receive_loop(self) -> None:
-        from . import _MAX_RECEIVE  # not at the top: messaging imports this module
-
         sub = self.sub
         stop = self.stop
         while not stop.is_set():
@@ -175,7 +181,7 @@ class _Consumer:
             if stop.is_set():
                 return
             try:
-                messages = sub.receive(min(room, _MAX_RECEIVE), self.poll, lease=self.lease)
+                messages = sub.receive(min(room, MAX_RECEIVE), self.poll, lease=self.lease)
             except PortableError as exc:
                 log.warning("receive from %s failed: %s", redact(sub.url), exc)
                 stop.wait(min(max(self.poll, 0.5), 5.0))
@@ -303,8 +309,6 @@ class _Consumer:
                     self.claims.pop(id(message), None)
 
     def _process_once(self, message: Message) -> None:
-        from . import _ACKED  # not at the top: messaging imports this module
-
         if self.stop.is_set() and self.abandon.is_set():
             self._release(message)
             return
@@ -319,7 +323,7 @@ class _Consumer:
         token: str | None = None
         if store is not None and key is not None:
             try:
-                claim = store.claim(key, _fingerprint(message.body), lease=self.claim_lease, ttl=self.claim_ttl)
+                claim = store.claim(key, fingerprint(message.body), lease=self.claim_lease, ttl=self.claim_ttl)
             except IdempotencyConflict as exc:
                 self._to_dead_letter(message, f"IdempotencyConflict: {exc}")
                 return
@@ -362,7 +366,7 @@ class _Consumer:
                 log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
         if not message.settled:
             self._settle_ack(message)
-        elif message._state == _ACKED:
+        elif message._state is ACKED:
             self._count("acked")
 
     def _delay(self, attempt: int) -> float:
@@ -394,11 +398,9 @@ class _Consumer:
         self._count("nacked")
 
     def _to_dead_letter(self, message: Message, reason: str) -> None:
-        from . import _DEAD  # not at the top: messaging imports this module
-
         try:
-            if message._settle(_DEAD):
-                self.sub._dead_letter(message, reason, self.target)
+            if self.settler.may_settle(message, DEAD_LETTERED):
+                self.settler.move_to_dead_letter(message, reason, self.target)
         except PreconditionFailed:
             self._count("lost")
             return
