@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..cloudevents import dedup_key_of
-from ..driver.idempotency import IdempotencyStore, fingerprint
+from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
 from ..driver.messaging import ACKED, DEAD_LETTERED, MAX_RECEIVE
 from ..driver.redaction import redact
 from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
@@ -96,6 +96,86 @@ def stop_on_signals(consumer: ConsumerLoop) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+class RunClaims:
+    """The idempotency claims of one :meth:`Subscription.run` call.
+
+    A message's key is claimed before its handler runs, then completed (with the
+    handler's result) or released; the lease keeper extends the claims of long
+    handlers where the store can (``extend``). The lock guards only the table of
+    claims held, never a call to the store.
+    """
+
+    def __init__(
+        self, store: IdempotencyStore, key_of: Callable[[Message], str | None], *, lease: float, ttl: float
+    ) -> None:
+        self.store = store
+        self.key_of = key_of
+        self.lease = lease
+        self.ttl = ttl
+        self.extendable = getattr(store, "extend", None) is not None
+        self._lock = threading.Lock()
+        self._held: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends]
+
+    def claim(self, message: Message) -> Claim | None:
+        """Claim ``message``'s key; None when it has none.
+
+        Raises:
+            IdempotencyConflict: the key was used with another body.
+            Exception: whatever else the store raises.
+        """
+        key = self.key_of(message)
+        if key is None:
+            return None
+        claim = self.store.claim(key, fingerprint(message.body), lease=self.lease, ttl=self.ttl)
+        if claim.status == "acquired" and claim.token is not None:
+            with self._lock:
+                self._held[id(message)] = [key, claim.token, time.monotonic() + self.lease]
+        return claim
+
+    def complete(self, message: Message, result: bytes | None) -> None:
+        """Record that ``message``'s handler ran, with ``result``, if its key was claimed here."""
+        held = self.forget(message)
+        if held is not None:
+            try:
+                self.store.complete(held[0], held[1], result)
+            except Exception as exc:
+                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
+
+    def release(self, message: Message) -> None:
+        """Give ``message``'s key back after its handler failed, if it was claimed here."""
+        held = self.forget(message)
+        if held is not None:
+            try:
+                self.store.release(held[0], held[1])
+            except Exception as exc:
+                log.warning("could not release idempotency key of message %s: %s", message.id, exc)
+
+    def forget(self, message: Message) -> list[Any] | None:
+        """Stop holding ``message``'s claim; return it ([key, token, lease ends]) if there was one."""
+        if not self._held:
+            return None
+        with self._lock:
+            return self._held.pop(id(message), None)
+
+    def keep(self) -> None:
+        """Extend the claims of long handlers that are past half their lease, where the store can."""
+        extend = getattr(self.store, "extend", None)
+        if extend is None:
+            return
+        with self._lock:
+            held = list(self._held.values())
+        now = time.monotonic()
+        for claim in held:
+            key, token, ends = claim
+            if ends - now > self.lease / 2:
+                continue
+            try:
+                extend(key, token, self.lease)
+                claim[2] = now + self.lease
+            except Exception as exc:
+                log.warning("could not extend the idempotency claim %s: %s", key, exc)
+
+
 class ConsumerLoop:
     """The machinery of one :meth:`Subscription.run` call.
 
@@ -129,7 +209,10 @@ class ConsumerLoop:
         self.handler = handler
         self.concurrency = concurrency
         self.max_deliveries = max_deliveries
-        self.store = idempotency
+        self.claims = (
+            None if idempotency is None
+            else RunClaims(idempotency, idempotency_key, lease=idempotency_lease, ttl=idempotency_ttl)
+        )  # fmt: skip
         self.target = target
         self.lease = lease
         self.backoff = backoff
@@ -139,14 +222,10 @@ class ConsumerLoop:
         self.stop = stop
         self.abandon = threading.Event()
         self.finished = threading.Event()  # the drain is over: the lease keeper stops
-        self.key_of = idempotency_key
-        self.claim_lease = idempotency_lease
-        self.claim_ttl = idempotency_ttl
         self.stats = RunStats()
         self.cond = threading.Condition(threading.Lock())
         self.held: dict[int, Message] = {}  # received, not yet settled or given up
         self.busy_keys: dict[str, deque[Message]] = {}
-        self.claims: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends]
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="portable-consumer")
 
     # -- bookkeeping ------------------------------------------------------
@@ -156,7 +235,7 @@ class ConsumerLoop:
 
     def run(self) -> RunStats:
         keeper: threading.Thread | None = None
-        if self.sub.capabilities.lease_extension or getattr(self.store, "extend", None) is not None:
+        if self.sub.capabilities.lease_extension or (self.claims is not None and self.claims.extendable):
             keeper = threading.Thread(target=self._keep_leases, name="portable-lease-keeper", daemon=True)
             keeper.start()
         try:
@@ -267,10 +346,12 @@ class ConsumerLoop:
     def _keep_leases(self) -> None:
         interval = max(0.05, min(self.lease / 4, 5.0))
         while not self.finished.wait(interval):
+            if self.claims is not None:
+                self.claims.keep()
+            if not self.sub.capabilities.lease_extension:
+                continue
             with self.cond:
-                held = list(self.held.values()) if self.sub.capabilities.lease_extension else []
-                claims = list(self.claims.values())
-            self._keep_claims(claims)
+                held = list(self.held.values())
             for message in held:
                 if message.settled or message.lease_remaining > self.lease / 2:
                     continue
@@ -283,30 +364,13 @@ class ConsumerLoop:
                     if not message.settled:
                         log.warning("could not extend the lease on message %s: %s", message.id, exc)
 
-    def _keep_claims(self, claims: list[list[Any]]) -> None:
-        """Extend idempotency claims of long handlers, where the store can (``extend``)."""
-        extend = getattr(self.store, "extend", None)
-        if extend is None:
-            return
-        now = time.monotonic()
-        for claim in claims:
-            key, token, ends = claim
-            if ends - now > self.claim_lease / 2:
-                continue
-            try:
-                extend(key, token, self.claim_lease)
-                claim[2] = now + self.claim_lease
-            except Exception as exc:
-                log.warning("could not extend the idempotency claim %s: %s", key, exc)
-
     # -- one message ------------------------------------------------------
     def _process(self, message: Message) -> None:
         try:
             self._process_once(message)
         finally:
-            if self.claims:
-                with self.cond:
-                    self.claims.pop(id(message), None)
+            if self.claims is not None:
+                self.claims.forget(message)
 
     def _process_once(self, message: Message) -> None:
         if self.stop.is_set() and self.abandon.is_set():
@@ -318,12 +382,10 @@ class ConsumerLoop:
                 message, f"delivered {message.delivery_attempt} times without success (max_deliveries={limit})"
             )
             return
-        store = self.store
-        key = self.key_of(message) if store is not None else None
-        token: str | None = None
-        if store is not None and key is not None:
+        claims = self.claims
+        if claims is not None:
             try:
-                claim = store.claim(key, fingerprint(message.body), lease=self.claim_lease, ttl=self.claim_ttl)
+                claim = claims.claim(message)
             except IdempotencyConflict as exc:
                 self._to_dead_letter(message, f"IdempotencyConflict: {exc}")
                 return
@@ -331,26 +393,19 @@ class ConsumerLoop:
                 log.warning("idempotency claim for message %s failed: %s", message.id, exc)
                 self._settle_nack(message, self._delay(message.delivery_attempt))
                 return
-            if claim.status == "completed":
+            if claim is not None and claim.status == "completed":
                 if self._settle_ack(message):
                     self._count("skipped")
                 return
-            if claim.status == "in_progress":
-                self._settle_nack(message, min(self.claim_lease, max(self._delay(message.delivery_attempt), 1.0)))
+            if claim is not None and claim.status == "in_progress":
+                self._settle_nack(message, min(claims.lease, max(self._delay(message.delivery_attempt), 1.0)))
                 return
-            token = claim.token
-            if token is not None:
-                with self.cond:
-                    self.claims[id(message)] = [key, token, time.monotonic() + self.claim_lease]
         try:
             result = self.handler(message)
         except Exception as exc:
             self._count("failed")
-            if token is not None and store is not None and key is not None:
-                try:
-                    store.release(key, token)
-                except Exception as rel:
-                    log.warning("could not release idempotency key of message %s: %s", message.id, rel)
+            if claims is not None:
+                claims.release(message)
             log.warning("handler failed on message %s (attempt %d): %r", message.id, message.delivery_attempt, exc)
             if message.settled:
                 return
@@ -359,11 +414,8 @@ class ConsumerLoop:
             else:
                 self._settle_nack(message, self._delay(message.delivery_attempt))
             return
-        if token is not None and store is not None and key is not None:
-            try:
-                store.complete(key, token, result if isinstance(result, bytes) else None)
-            except Exception as exc:
-                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
+        if claims is not None:
+            claims.complete(message, result if isinstance(result, bytes) else None)
         if not message.settled:
             self._settle_ack(message)
         elif message._state is ACKED:
