@@ -353,12 +353,11 @@ class Delivery:
         handle: the driver's token for this delivery (as :attr:`ReceivedMessage.handle`).
 
     For drivers: a ``receive`` that returns Delivery objects (see the module
-    docstring) makes them with this constructor, or with a subclass's own
-    ``__init__`` that sets ``_id``, ``_body``, ``_attributes``, ``_key``,
-    ``_published``, ``_attempt`` and ``_handle``; a subclass may add slots of its
-    own. The Subscription sets the rest (``_settler``, ``_state``,
-    ``_lease_ends``) as it hands the delivery out. A driver returns only
-    Delivery objects or none.
+    docstring) makes them of a subclass whose ``__init__`` sets ``_id``,
+    ``_body``, ``_attributes``, ``_key``, ``_published``, ``_attempt`` and
+    ``_handle`` (the fields above), and which may add slots of its own. The
+    Subscription sets the rest (``_settler``, ``_state``, ``_lease_ends``) as it
+    hands the delivery out. A driver returns only Delivery objects or none.
     """
 
     __slots__ = (
@@ -377,23 +376,15 @@ class Delivery:
     _state: str  # LEASED, ACKED, NACKED or DEAD_LETTERED
     _lease_ends: float  # time.monotonic()
 
-    def __init__(
-        self,
-        id: str,
-        body: bytes,
-        attributes: Mapping[str, str],
-        key: str | None,
-        publish_time: dt.datetime,
-        delivery_attempt: int,
-        handle: Any,
-    ) -> None:
-        self._id = id
-        self._body = body
-        self._attributes = attributes
-        self._key = key
-        self._published = publish_time
-        self._attempt = delivery_attempt
-        self._handle = handle
+    def __init__(self, record: ReceivedMessage) -> None:
+        """The delivery of what a driver's ``receive`` returned as ``record`` (the Subscription makes these)."""
+        self._id = record.id
+        self._body = record.body
+        self._attributes = record.attributes
+        self._key = record.key
+        self._published = record.publish_time
+        self._attempt = record.delivery_attempt
+        self._handle = record.handle
 
     def __repr__(self) -> str:
         return (

@@ -391,7 +391,7 @@ class ConsumerLoop:
                 return
             except Exception as exc:
                 log.warning("idempotency claim for message %s failed: %s", message.id, exc)
-                self._settle_nack(message, self._delay(message.delivery_attempt))
+                self._retry_later(message)
                 return
             if claim is not None and claim.status == "completed":
                 if self._settle_ack(message):
@@ -412,7 +412,7 @@ class ConsumerLoop:
             if limit is not None and message.delivery_attempt >= limit:
                 self._to_dead_letter(message, f"{type(exc).__name__}: {redact(str(exc))}")
             else:
-                self._settle_nack(message, self._delay(message.delivery_attempt))
+                self._retry_later(message)
             return
         if claims is not None:
             claims.complete(message, result if isinstance(result, bytes) else None)
@@ -438,6 +438,10 @@ class ConsumerLoop:
         self._count("acked")
         return True
 
+    def _retry_later(self, message: Message) -> None:
+        """Nack ``message`` with the backoff of its delivery attempt."""
+        self._settle_nack(message, self._delay(message.delivery_attempt))
+
     def _settle_nack(self, message: Message, delay: float) -> None:
         try:
             message.nack(delay)
@@ -458,7 +462,7 @@ class ConsumerLoop:
             return
         except PortableError as exc:
             log.warning("dead-lettering message %s failed: %s; retrying later", message.id, exc)
-            self._settle_nack(message, self._delay(message.delivery_attempt))
+            self._retry_later(message)
             return
         self._count("dead_lettered")
         log.warning("message %s dead-lettered: %s", message.id, reason)

@@ -85,13 +85,8 @@ class Resolved:
 
 class MessagingClient(Generic[SideT]):
     """What :class:`Topic` and :class:`Subscription` share: a driver, one side of its URL,
-    the guard that calls them, and their lifetime. Thread-safe.
-
-    Attributes:
-        url: the URL it was opened with (secrets masked in repr).
-        provider: the scheme (``"sqs"``).
-        capabilities: what the provider supports.
-    """
+    the guard that calls them, and their lifetime (``url``, ``provider`` and
+    ``capabilities`` are as they document)."""
 
     def __init__(
         self, driver: MessagingDriver, side: SideT, *, url: str, policy: ResiliencePolicy | None, action: str

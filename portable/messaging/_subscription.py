@@ -102,10 +102,7 @@ class Subscription(MessagingClient[SubscriptionDriver]):
             if got and isinstance(got[0], Delivery):  # the driver made the messages: adopt them
                 messages = got
             else:
-                messages = [
-                    Delivery(r.id, r.body, r.attributes, r.key, r.publish_time, r.delivery_attempt, r.handle)
-                    for r in cast("list[ReceivedMessage]", got)
-                ]
+                messages = [Delivery(record) for record in cast("list[ReceivedMessage]", got)]
             for m in messages:
                 m._settler = settler
                 m._state = LEASED
