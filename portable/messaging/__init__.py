@@ -59,6 +59,10 @@ Where providers differ (the capabilities say which applies):
 
 from __future__ import annotations
 
+# The package: _validation (what every provider accepts), _open (URL or profile to a driver,
+# and the base Topic and Subscription share), _topic, _message (Message and how it is
+# settled), _subscription, _consumer (the run() loop).
+#
 # The names outside __all__ stay importable from here, as before the package (``X as X``
 # marks them re-exported for type checkers).
 from ..driver.idempotency import Claim, IdempotencyStore

@@ -45,6 +45,15 @@ class MessageSettler:
     A message is settled once: a second ack is a no-op, anything else after
     settling raises InvalidArgument. Every call to the driver goes through the
     subscription's guard (retries, breaker) as an ``ack``-class operation.
+
+    Args:
+        side: the subscription's driver.
+        guard: the subscription's guard.
+        capabilities: the provider's (leases, delays, lease extension).
+        provider: the scheme, for error messages.
+        url: the subscription's URL: the source a dead-lettered copy names.
+        dead_letter_target: the subscription's choice of portable dead-letter topic for
+            an override (None: the configured one); None means the provider's native one.
     """
 
     def __init__(
@@ -57,16 +66,6 @@ class MessageSettler:
         url: str,
         dead_letter_target: Callable[[str | Topic | None], Topic | None],
     ) -> None:
-        """
-        Args:
-            side: the subscription's driver.
-            guard: the subscription's guard.
-            capabilities: the provider's.
-            provider: the scheme, for messages.
-            url: the subscription's URL: the source a dead-lettered copy names.
-            dead_letter_target: the subscription's: the portable dead-letter topic
-                for an override (None: the configured one), or None for the native one.
-        """
         self._side = side
         self._guard = guard
         self._capabilities = capabilities

@@ -29,6 +29,7 @@ from ._open import MessagingClient, Resolved
 from ._topic import Topic, open_topic
 from ._validation import check_lease, check_seconds
 
+#: Seconds a received message stays leased unless ``lease`` says otherwise.
 DEFAULT_LEASE = 30.0
 #: the longest wait one driver call is asked for; longer waits loop
 _MAX_WAIT_SLICE = 20.0
