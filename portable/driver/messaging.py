@@ -69,39 +69,64 @@ The portable layer retries through :class:`portable.resilience.Guard`;
 drivers never retry. A batch method reports each item's outcome instead of
 raising for one failed item, so that only failed items are retried.
 
+One object per message
+----------------------
+
+:meth:`SubscriptionDriver.receive` returns :class:`ReceivedMessage` records,
+which the Subscription turns into :class:`Delivery` objects (the
+``portable.messaging.Message`` a subscriber gets). A receive path that handles
+many thousands of messages a second (Kafka) may instead return objects of its
+own Delivery subclass: the Subscription hands them out as they are, one object
+per message for the allocator and the garbage collector. A Delivery asks the
+subscription it came from to settle it through a :class:`Settler`, which the
+portable layer implements; a driver never calls it.
+
 Reserved attributes
 -------------------
 
-Attribute names starting with ``portable.`` belong to the portable layer and are
-carried like any other attribute: ``portable.idempotency_key`` (every publish
-with ``idempotency_key=``), and on dead-lettered messages
-``portable.dead_letter_reason``, ``portable.dead_letter_source``,
-``portable.delivery_attempts``, ``portable.original_id``. A provider without
-native attributes (Azure Storage Queue) must carry them in its own envelope.
+Attribute names starting with ``portable.`` (:data:`RESERVED_PREFIX`) belong to
+the portable layer and are carried like any other attribute:
+:data:`IDEMPOTENCY_ATTRIBUTE` (every publish with ``idempotency_key=``), and on
+dead-lettered messages the :data:`DEAD_LETTER_ATTRIBUTES`
+(:data:`DEAD_LETTER_REASON`, :data:`DEAD_LETTER_SOURCE`,
+:data:`DELIVERY_ATTEMPTS`, :data:`ORIGINAL_ID`). A provider without native
+attributes (Azure Storage Queue) must carry them in its own envelope.
 """
 
 from __future__ import annotations
 
 import abc
 import datetime as dt
+import time
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..cloudevents import CloudEvent, from_message
+from ..errors import Unsupported
 from . import Capabilities, Classifier
 
-if TYPE_CHECKING:
-    from ..messaging import Delivery
-
 __all__ = [
+    "ACKED",
+    "DEAD_LETTERED",
+    "DEAD_LETTER_ATTRIBUTES",
+    "DEAD_LETTER_REASON",
+    "DEAD_LETTER_SOURCE",
+    "DELIVERY_ATTEMPTS",
     "IDEMPOTENCY_ATTRIBUTE",
+    "LEASED",
+    "MAX_RECEIVE",
+    "NACKED",
+    "ORIGINAL_ID",
     "RESERVED_PREFIX",
+    "Delivery",
     "MessagingCapabilities",
     "MessagingDriver",
     "OutgoingMessage",
     "QueueStats",
     "ReceivedMessage",
+    "Settler",
     "SubscriptionDriver",
     "TopicDriver",
 ]
@@ -110,6 +135,26 @@ __all__ = [
 RESERVED_PREFIX = "portable."
 #: The attribute that carries ``publish(..., idempotency_key=)``, always.
 IDEMPOTENCY_ATTRIBUTE = "portable.idempotency_key"
+#: Why a dead-lettered message was moved (on the moved copy).
+DEAD_LETTER_REASON = "portable.dead_letter_reason"
+#: Where a dead-lettered message came from (a URL, secrets masked).
+DEAD_LETTER_SOURCE = "portable.dead_letter_source"
+#: How many times a dead-lettered message had been delivered.
+DELIVERY_ATTEMPTS = "portable.delivery_attempts"
+#: The id the dead-lettered message had where it came from.
+ORIGINAL_ID = "portable.original_id"
+#: The reserved attributes of a dead-lettered message, in the order above.
+DEAD_LETTER_ATTRIBUTES = (DEAD_LETTER_REASON, DEAD_LETTER_SOURCE, DELIVERY_ATTEMPTS, ORIGINAL_ID)
+
+#: The most messages one ``Subscription.receive`` returns (its ``max_messages``).
+MAX_RECEIVE = 1000
+
+#: The settlement states of a :class:`Delivery`: leased when handed out, then
+#: settled once, as one of the other three.
+LEASED = "leased"
+ACKED = "acked"
+NACKED = "nacked"
+DEAD_LETTERED = "dead-lettered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +212,6 @@ class MessagingCapabilities(Capabilities):
     max_attributes: int = 32
     dedup_window_seconds: float | None = None
     max_batch: int = 10
-
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -252,7 +296,7 @@ class ReceivedMessage:
     @classmethod
     def like(cls, message: Any, handle: Any, delivery_attempt: int | None = None) -> ReceivedMessage:
         """A ReceivedMessage with ``message``'s fields (any object that has them: a
-        ReceivedMessage, a portable Message) and another handle, and attempt if given."""
+        ReceivedMessage, a Delivery) and another handle, and attempt if given."""
         return cls(
             message.id, message.body, message.attributes, message.key, message.publish_time,
             message.delivery_attempt if delivery_attempt is None else delivery_attempt, handle,
@@ -271,6 +315,179 @@ _set_in_key = ReceivedMessage.__dict__["key"].__set__
 _set_in_publish_time = ReceivedMessage.__dict__["publish_time"].__set__
 _set_in_delivery_attempt = ReceivedMessage.__dict__["delivery_attempt"].__set__
 _set_in_handle = ReceivedMessage.__dict__["handle"].__set__
+
+
+class Settler(Protocol):
+    """How a :class:`Delivery` asks the subscription it came from to settle it.
+
+    The portable layer implements it, one per Subscription, and sets it on every
+    delivery it hands out. Each method checks its argument and the delivery's
+    state (settled once; a second ack is a no-op), calls the driver through the
+    retry layer, and then moves ``message._state`` on. Drivers never call it.
+    """
+
+    def ack(self, message: Delivery) -> None:
+        """Ack ``message`` (:meth:`Delivery.ack`)."""
+
+    def nack(self, message: Delivery, delay: float) -> None:
+        """Give ``message`` back for ``delay`` seconds (:meth:`Delivery.nack`)."""
+
+    def extend_lease(self, message: Delivery, seconds: float) -> None:
+        """Make ``message``'s lease end ``seconds`` from now (:meth:`Delivery.extend_lease`)."""
+
+    def dead_letter(self, message: Delivery, reason: str) -> None:
+        """Move ``message`` to the dead-letter destination (:meth:`Delivery.dead_letter`)."""
+
+
+class Delivery:
+    """One delivery of a message (``portable.messaging.Message``). Settle it with :meth:`ack` or :meth:`nack`.
+
+    Attributes:
+        id: the provider's message id (the same on every delivery).
+        body: the payload.
+        attributes: the attributes it was published with (``portable.*`` included).
+        key: the ordering key, or None.
+        publish_time: when the provider accepted it (UTC).
+        delivery_attempt: 1 on the first delivery (exact where
+            ``capabilities.delivery_count``).
+        handle: the driver's token for this delivery (as :attr:`ReceivedMessage.handle`).
+
+    For drivers: a ``receive`` that returns Delivery objects (see the module
+    docstring) makes them of a subclass whose ``__init__`` sets ``_id``,
+    ``_body``, ``_attributes``, ``_key``, ``_published``, ``_attempt`` and
+    ``_handle`` (the fields above), and which may add slots of its own. The
+    Subscription sets the rest (``_settler``, ``_state``, ``_lease_ends``) as it
+    hands the delivery out. A driver returns only Delivery objects or none.
+    """
+
+    __slots__ = (
+        "_attempt", "_attributes", "_body", "_handle", "_id", "_key", "_lease_ends", "_published", "_settler",
+        "_state",
+    )  # fmt: skip
+
+    _id: str
+    _body: bytes
+    _attributes: Mapping[str, str]
+    _key: str | None
+    _published: dt.datetime
+    _attempt: int
+    _handle: Any
+    _settler: Settler  # the subscription's, from receipt on
+    _state: str  # LEASED, ACKED, NACKED or DEAD_LETTERED
+    _lease_ends: float  # time.monotonic()
+
+    def __init__(self, record: ReceivedMessage) -> None:
+        """The delivery of what a driver's ``receive`` returned as ``record`` (the Subscription makes these)."""
+        self._id = record.id
+        self._body = record.body
+        self._attributes = record.attributes
+        self._key = record.key
+        self._published = record.publish_time
+        self._attempt = record.delivery_attempt
+        self._handle = record.handle
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(id={self._id!r}, key={self._key!r}, attempt={self._attempt}, "
+            f"bytes={len(self._body)}, state={self._state})"
+        )
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def body(self) -> bytes:
+        return self._body
+
+    @property
+    def attributes(self) -> Mapping[str, str]:
+        return self._attributes
+
+    @property
+    def key(self) -> str | None:
+        return self._key
+
+    @property
+    def publish_time(self) -> dt.datetime:
+        return self._published
+
+    @property
+    def delivery_attempt(self) -> int:
+        return self._attempt
+
+    @property
+    def handle(self) -> Any:
+        """The driver's handle (as :attr:`ReceivedMessage.handle`)."""
+        return self._handle
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The publisher's ``idempotency_key``, or None."""
+        return self._attributes.get(IDEMPOTENCY_ATTRIBUTE)
+
+    @property
+    def settled(self) -> bool:
+        """Whether it was acked, nacked or dead-lettered."""
+        return self._state != LEASED
+
+    @property
+    def lease_remaining(self) -> float:
+        """Seconds until the lease ends, as this process sees it (0 if past)."""
+        return max(0.0, self._lease_ends - time.monotonic())
+
+    def event(self) -> CloudEvent:
+        """Decode the message as a CloudEvent (binary or structured mode).
+
+        Raises:
+            InvalidArgument: the message is not a CloudEvent.
+        """
+        return from_message(self._body, self._attributes)
+
+    def ack(self) -> None:
+        """Settle the message: it is not delivered again. A second ack is a no-op.
+
+        Raises:
+            PreconditionFailed: the lease was lost (it expired and the message went
+                to another consumer) on providers that can tell.
+            InvalidArgument: it was already nacked or dead-lettered.
+        """
+        self._settler.ack(self)
+
+    def nack(self, delay: float = 0.0) -> None:
+        """Give the message back, to be delivered again after ``delay`` seconds.
+
+        ``delay`` is capped by ``capabilities.max_lease_seconds`` (InvalidArgument
+        above it) and rounded up to the provider's granularity.
+
+        Raises:
+            InvalidArgument: a bad delay, or the message was already settled.
+            PreconditionFailed: the lease was lost, on providers that can tell.
+        """
+        self._settler.nack(self, delay)
+
+    def extend_lease(self, seconds: float) -> None:
+        """Make the lease end ``seconds`` from now (heartbeat a long handler).
+
+        Raises:
+            Unsupported: the provider has no per-message lease (Kafka).
+            InvalidArgument: a bad lease, or the message was already settled.
+            PreconditionFailed: the lease was already lost.
+        """
+        self._settler.extend_lease(self, seconds)
+
+    def dead_letter(self, reason: str) -> None:
+        """Move the message to the dead-letter destination now (a poison message).
+
+        The provider's native one if it has one, else the subscription's
+        ``dead_letter`` topic.
+
+        Raises:
+            ConfigError: neither exists.
+            InvalidArgument: ``reason`` is not a non-empty str, or the message
+                was already settled.
+        """
+        self._settler.dead_letter(self, reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,8 +547,8 @@ class SubscriptionDriver(abc.ABC):
         """Lease up to ``max_messages`` messages for ``lease`` seconds.
 
         Returns ReceivedMessage objects, or, where one object per message
-        matters (Kafka), objects of a :class:`portable.messaging.Delivery`
-        subclass, which the Subscription hands out without wrapping them.
+        matters (Kafka), :class:`Delivery` objects (of a subclass, usually),
+        which the Subscription hands out as they are.
 
         Waits up to about ``wait`` seconds for the first message (long poll)
         and may return fewer, or none, at any time. A leased message is not
@@ -383,8 +600,6 @@ class SubscriptionDriver(abc.ABC):
         Lease lost: PRECONDITION_FAILED. Only called when
         ``capabilities.lease_extension`` is True.
         """
-        from ..errors import Unsupported
-
         raise Unsupported("this provider cannot extend a lease")
 
     def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
@@ -396,8 +611,6 @@ class SubscriptionDriver(abc.ABC):
         dead-letter attributes) where the provider carries attributes.
         Lease lost: PRECONDITION_FAILED.
         """
-        from ..errors import Unsupported
-
         raise Unsupported("this provider has no native dead-letter destination")
 
     def dead_letter_url(self) -> str | None:
@@ -444,8 +657,6 @@ class MessagingDriver(Classifier, abc.ABC):
         A provider that can dead-letter natively should give the temporary queue
         a dead-letter destination too. Defaults to Unsupported.
         """
-        from ..errors import Unsupported
-
         raise Unsupported(f"{self.scheme}:// cannot create temporary queues for the contract suite")
 
     def close(self) -> None:

@@ -23,7 +23,6 @@ Messages live in memory and vanish with the process.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import itertools
 import os
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..driver.messaging import (
+    DEAD_LETTER_ATTRIBUTES,
     MessagingCapabilities,
     MessagingDriver,
     OutgoingMessage,
@@ -46,13 +46,6 @@ from ..errors import InvalidURL, PreconditionFailed
 from ..urls import ParsedURL
 
 __all__ = ["MemoryMessaging"]
-
-_DEAD_LETTER_ATTRS = (
-    "portable.dead_letter_reason",
-    "portable.dead_letter_source",
-    "portable.delivery_attempts",
-    "portable.original_id",
-)
 
 
 @dataclass(slots=True)
@@ -85,6 +78,31 @@ class _Queue:
         return self._dead
 
 
+def embedded_queue_capabilities(
+    max_message_bytes: int, *, dead_letter: bool = False, dedup_window: float = 300.0
+) -> MessagingCapabilities:
+    """What an embedded queue (mem, sqlite) can do: everything, within ``max_message_bytes``.
+
+    A dead-letter queue has no dead-letter queue of its own, and a ``dedup_window``
+    of 0 turns publish dedup off.
+    """
+    return MessagingCapabilities(
+        ordering=True,
+        native_dead_letter=not dead_letter,
+        lease_extension=True,
+        exactly_once=True,
+        publish_dedup=dedup_window > 0,
+        nack_delay=True,
+        delivery_count=True,
+        max_lease_seconds=7 * 86400.0,
+        min_lease_seconds=0.0,
+        max_message_bytes=max_message_bytes,
+        max_attributes=32,
+        dedup_window_seconds=dedup_window or None,
+        max_batch=1000,
+    )
+
+
 _SHARED: dict[str, _Queue] = {}
 _SHARED_LOCK = threading.Lock()
 
@@ -93,21 +111,7 @@ class MemoryMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
     """A queue in a dict under one condition variable; both sides are this object."""
 
     scheme = "mem"
-    capabilities = MessagingCapabilities(
-        ordering=True,
-        native_dead_letter=True,
-        lease_extension=True,
-        exactly_once=True,
-        publish_dedup=True,
-        nack_delay=True,
-        delivery_count=True,
-        max_lease_seconds=7 * 86400.0,
-        min_lease_seconds=0.0,
-        max_message_bytes=1024 * 1024,
-        max_attributes=32,
-        dedup_window_seconds=300.0,
-        max_batch=1000,
-    )
+    capabilities = embedded_queue_capabilities(1024 * 1024)
 
     def __init__(self, name: str = "", *, dead_letter: bool = False, dedup_window: float = 300.0) -> None:
         self.name = name
@@ -122,11 +126,8 @@ class MemoryMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         self._dedup_window = dedup_window
         self.endpoint = f"mem://{name}"
         if dead_letter or dedup_window != 300.0:
-            self.capabilities = dataclasses.replace(
-                type(self).capabilities,
-                native_dead_letter=not dead_letter,
-                publish_dedup=dedup_window > 0,
-                dedup_window_seconds=dedup_window or None,
+            self.capabilities = embedded_queue_capabilities(
+                self.capabilities.max_message_bytes, dead_letter=dead_letter, dedup_window=dedup_window
             )
 
     @contextlib.contextmanager
@@ -268,7 +269,7 @@ class MemoryMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
             q.cond.notify_all()
         attributes = dict(rec.attributes)
         attributes.update(
-            zip(_DEAD_LETTER_ATTRS, (reason, self.endpoint, str(rec.attempts), rec.id), strict=True)
+            zip(DEAD_LETTER_ATTRIBUTES, (reason, self.endpoint, str(rec.attempts), rec.id), strict=True)
         )
         with dead.cond:
             dead.records[rec.id] = _Record(rec.id, rec.body, attributes, rec.key, rec.published)

@@ -47,7 +47,6 @@ a local disk (SQLite's locks are unreliable on network file systems).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -62,7 +61,7 @@ from typing import Any
 
 from ..driver import ErrorCode
 from ..driver.messaging import (
-    MessagingCapabilities,
+    DEAD_LETTER_ATTRIBUTES,
     MessagingDriver,
     OutgoingMessage,
     QueueStats,
@@ -72,17 +71,11 @@ from ..driver.messaging import (
 )
 from ..errors import InvalidURL, PreconditionFailed
 from ..urls import ParsedURL
+from .memqueue import embedded_queue_capabilities
 
 __all__ = ["SqliteMessaging"]
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-_DEAD_LETTER_ATTRS = (
-    "portable.dead_letter_reason",
-    "portable.dead_letter_source",
-    "portable.delivery_attempts",
-    "portable.original_id",
-)
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
     id INTEGER PRIMARY KEY,
@@ -127,21 +120,7 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
     """A queue in a SQLite table; both sides are this object. Thread- and process-safe."""
 
     scheme = "sqlite"
-    capabilities = MessagingCapabilities(
-        ordering=True,
-        native_dead_letter=True,
-        lease_extension=True,
-        exactly_once=True,
-        publish_dedup=True,
-        nack_delay=True,
-        delivery_count=True,
-        max_lease_seconds=7 * 86400.0,
-        min_lease_seconds=0.0,
-        max_message_bytes=16 * 1024 * 1024,
-        max_attributes=32,
-        dedup_window_seconds=300.0,
-        max_batch=1000,
-    )
+    capabilities = embedded_queue_capabilities(16 * 1024 * 1024)
 
     def __init__(
         self,
@@ -173,11 +152,8 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         self._ids = itertools.count(1)
         self._dedup_writes = itertools.count(1)
         if dead_letter or dedup_window != 300.0:
-            self.capabilities = dataclasses.replace(
-                type(self).capabilities,
-                native_dead_letter=not dead_letter,
-                publish_dedup=dedup_window > 0,
-                dedup_window_seconds=dedup_window or None,
+            self.capabilities = embedded_queue_capabilities(
+                self.capabilities.max_message_bytes, dead_letter=dead_letter, dedup_window=dedup_window
             )
         t = self._table
         self._sql_insert = (
@@ -446,7 +422,7 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
                 raise self._lost(message.handle)
             mid, body, attrs, key, published, attempts = row
             attributes = json.loads(attrs) if attrs else {}
-            attributes.update(zip(_DEAD_LETTER_ATTRS, (reason, self._url, str(attempts), mid), strict=True))
+            attributes.update(zip(DEAD_LETTER_ATTRIBUTES, (reason, self._url, str(attempts), mid), strict=True))
             conn.execute(
                 "INSERT INTO dead_letters (queue, mid, body, attrs, key, published, visible_at, reason, dead_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

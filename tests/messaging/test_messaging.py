@@ -4,6 +4,7 @@ edges, signals, the sqlite queue's durability, and the CloudEvents mapping."""
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from portable.errors import (
     InvalidArgument,
     InvalidURL,
     MissingCapability,
+    Unavailable,
     UnknownScheme,
 )
 from portable.idempotency import MemoryStore, fingerprint
@@ -34,6 +36,7 @@ from portable.messaging import (
     open_topic,
 )
 from portable.resilience import ResiliencePolicy, RetryPolicy
+from portable.testing.chaos import chaos_of
 from portable.testing.messaging_suite import poll, wait_for
 
 
@@ -87,6 +90,37 @@ def test_profile_requirements_are_checked_at_open(tmp_path: Path) -> None:
     # names of other domains are not this domain's business
     sub = open_subscription(dead_letters, profile=_profile(dead_letters, requires=("conditional_create",)))
     sub.close()
+
+
+@pytest.mark.parametrize("side", ["topic", "subscription"])
+def test_a_policy_given_to_open_overrides_the_profiles(side: str) -> None:
+    url = f"chaos+mem://policy-{side}?error_rate=1&faults=unavailable"
+    profile = _profile(url)  # two attempts
+    policy = ResiliencePolicy(retry=RetryPolicy(max_attempts=4, initial_backoff=0.001, max_backoff=0.001), breaker=None)
+
+    def attempts(**options: object) -> int:
+        if side == "topic":
+            topic = open_topic(url, profile=profile, **options)  # type: ignore[arg-type]
+            with pytest.raises(Unavailable):
+                topic.publish(b"never")
+            return chaos_of(topic).stats.calls["publish"]
+        sub = open_subscription(url, profile=profile, **options)  # type: ignore[arg-type]
+        with pytest.raises(Unavailable):
+            sub.receive(1)
+        return chaos_of(sub).stats.calls["receive"]
+
+    assert attempts() == 2
+    assert attempts(policy=policy) == 4
+
+
+@pytest.mark.parametrize("opener", [open_topic, open_subscription])
+def test_openers_take_url_then_profile_and_policy(opener: object) -> None:
+    parameters = list(inspect.signature(opener).parameters.values())  # type: ignore[arg-type]
+    assert [(p.name, p.kind, p.default) for p in parameters[:3]] == [
+        ("url", inspect.Parameter.POSITIONAL_OR_KEYWORD, None),
+        ("profile", inspect.Parameter.KEYWORD_ONLY, None),
+        ("policy", inspect.Parameter.KEYWORD_ONLY, None),
+    ]
 
 
 @pytest.mark.parametrize(

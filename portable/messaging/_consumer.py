@@ -1,15 +1,12 @@
 """The consumer loop behind :meth:`portable.messaging.Subscription.run`.
 
-Private: use ``Subscription.run``; :class:`RunStats` is re-exported from
-:mod:`portable.messaging`. One :class:`_Consumer` per ``run()`` call: the
-caller's thread receives, a pool of ``concurrency`` workers runs the handler,
-and one lease keeper extends message leases and idempotency claims. The loop
-settles each message exactly once (ack, nack with backoff, or dead letter) and
-never acks a message whose handler did not finish.
-
-``portable.messaging`` imports this module at its top, so this module imports
-nothing from it at import time: the message states and the receive limit are
-imported inside the methods that use them, and the types only for checking.
+Private: use ``Subscription.run``; :class:`RunStats` and
+:func:`default_idempotency_key` are re-exported from :mod:`portable.messaging`.
+One :class:`ConsumerLoop` per ``run()`` call: the caller's thread receives, a
+pool of ``concurrency`` workers runs the handler, and one lease keeper extends
+message leases and idempotency claims. The loop settles each message exactly
+once (ack, nack with backoff, or dead letter) and never acks a message whose
+handler did not finish.
 """
 
 from __future__ import annotations
@@ -25,19 +22,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .driver.idempotency import IdempotencyStore, fingerprint
-from .driver.redaction import redact
-from .errors import IdempotencyConflict, PortableError, PreconditionFailed
+from ..cloudevents import dedup_key_of
+from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
+from ..driver.messaging import ACKED, DEAD_LETTERED, MAX_RECEIVE
+from ..driver.redaction import redact
+from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
+from ._message import Message, MessageSettler
 
 if TYPE_CHECKING:
-    from .messaging import Message, Subscription, Topic
+    from ._subscription import Subscription
+    from ._topic import Topic
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
 
 
-def _fingerprint(body: bytes) -> str:
-    return fingerprint(body)
+def default_idempotency_key(message: Message) -> str | None:
+    """The key ``run()`` deduplicates on: ``portable.idempotency_key``, else a CloudEvent's source and id."""
+    key = message.idempotency_key
+    if key is not None:
+        return key
+    return dedup_key_of(message.body, message.attributes)
 
 
 @dataclass
@@ -68,7 +73,8 @@ class RunStats:
 
 
 @contextlib.contextmanager
-def _signals_stop(consumer: _Consumer) -> Iterator[None]:
+def stop_on_signals(consumer: ConsumerLoop) -> Iterator[None]:
+    """Make SIGTERM and SIGINT stop ``consumer`` gracefully (a second one stops the drain), from the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -90,7 +96,87 @@ def _signals_stop(consumer: _Consumer) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-class _Consumer:
+class RunClaims:
+    """The idempotency claims of one :meth:`Subscription.run` call.
+
+    A message's key is claimed before its handler runs, then completed (with the
+    handler's result) or released; the lease keeper extends the claims of long
+    handlers where the store can (``extend``). The lock guards only the table of
+    claims held, never a call to the store.
+    """
+
+    def __init__(
+        self, store: IdempotencyStore, key_of: Callable[[Message], str | None], *, lease: float, ttl: float
+    ) -> None:
+        self.store = store
+        self.key_of = key_of
+        self.lease = lease
+        self.ttl = ttl
+        self.extendable = getattr(store, "extend", None) is not None
+        self._lock = threading.Lock()
+        self._held: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends]
+
+    def claim(self, message: Message) -> Claim | None:
+        """Claim ``message``'s key; None when it has none.
+
+        Raises:
+            IdempotencyConflict: the key was used with another body.
+            Exception: whatever else the store raises.
+        """
+        key = self.key_of(message)
+        if key is None:
+            return None
+        claim = self.store.claim(key, fingerprint(message.body), lease=self.lease, ttl=self.ttl)
+        if claim.status == "acquired" and claim.token is not None:
+            with self._lock:
+                self._held[id(message)] = [key, claim.token, time.monotonic() + self.lease]
+        return claim
+
+    def complete(self, message: Message, result: bytes | None) -> None:
+        """Record that ``message``'s handler ran, with ``result``, if its key was claimed here."""
+        held = self.forget(message)
+        if held is not None:
+            try:
+                self.store.complete(held[0], held[1], result)
+            except Exception as exc:
+                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
+
+    def release(self, message: Message) -> None:
+        """Give ``message``'s key back after its handler failed, if it was claimed here."""
+        held = self.forget(message)
+        if held is not None:
+            try:
+                self.store.release(held[0], held[1])
+            except Exception as exc:
+                log.warning("could not release idempotency key of message %s: %s", message.id, exc)
+
+    def forget(self, message: Message) -> list[Any] | None:
+        """Stop holding ``message``'s claim; return it ([key, token, lease ends]) if there was one."""
+        if not self._held:
+            return None
+        with self._lock:
+            return self._held.pop(id(message), None)
+
+    def keep(self) -> None:
+        """Extend the claims of long handlers that are past half their lease, where the store can."""
+        extend = getattr(self.store, "extend", None)
+        if extend is None:
+            return
+        with self._lock:
+            held = list(self._held.values())
+        now = time.monotonic()
+        for claim in held:
+            key, token, ends = claim
+            if ends - now > self.lease / 2:
+                continue
+            try:
+                extend(key, token, self.lease)
+                claim[2] = now + self.lease
+            except Exception as exc:
+                log.warning("could not extend the idempotency claim %s: %s", key, exc)
+
+
+class ConsumerLoop:
     """The machinery of one :meth:`Subscription.run` call.
 
     Threads: the caller's thread receives; a pool of ``concurrency`` workers runs
@@ -101,6 +187,7 @@ class _Consumer:
     def __init__(
         self,
         sub: Subscription,
+        settler: MessageSettler,
         handler: Callable[[Message], Any],
         *,
         concurrency: int,
@@ -118,10 +205,14 @@ class _Consumer:
         idempotency_ttl: float,
     ) -> None:
         self.sub = sub
+        self.settler = settler
         self.handler = handler
         self.concurrency = concurrency
         self.max_deliveries = max_deliveries
-        self.store = idempotency
+        self.claims = (
+            None if idempotency is None
+            else RunClaims(idempotency, idempotency_key, lease=idempotency_lease, ttl=idempotency_ttl)
+        )  # fmt: skip
         self.target = target
         self.lease = lease
         self.backoff = backoff
@@ -131,14 +222,10 @@ class _Consumer:
         self.stop = stop
         self.abandon = threading.Event()
         self.finished = threading.Event()  # the drain is over: the lease keeper stops
-        self.key_of = idempotency_key
-        self.claim_lease = idempotency_lease
-        self.claim_ttl = idempotency_ttl
         self.stats = RunStats()
         self.cond = threading.Condition(threading.Lock())
         self.held: dict[int, Message] = {}  # received, not yet settled or given up
         self.busy_keys: dict[str, deque[Message]] = {}
-        self.claims: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends]
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="portable-consumer")
 
     # -- bookkeeping ------------------------------------------------------
@@ -148,7 +235,7 @@ class _Consumer:
 
     def run(self) -> RunStats:
         keeper: threading.Thread | None = None
-        if self.sub.capabilities.lease_extension or getattr(self.store, "extend", None) is not None:
+        if self.sub.capabilities.lease_extension or (self.claims is not None and self.claims.extendable):
             keeper = threading.Thread(target=self._keep_leases, name="portable-lease-keeper", daemon=True)
             keeper.start()
         try:
@@ -163,8 +250,6 @@ class _Consumer:
         return self.stats
 
     def _receive_loop(self) -> None:
-        from .messaging import _MAX_RECEIVE  # not at the top: messaging imports this module
-
         sub = self.sub
         stop = self.stop
         while not stop.is_set():
@@ -175,7 +260,7 @@ class _Consumer:
             if stop.is_set():
                 return
             try:
-                messages = sub.receive(min(room, _MAX_RECEIVE), self.poll, lease=self.lease)
+                messages = sub.receive(min(room, MAX_RECEIVE), self.poll, lease=self.lease)
             except PortableError as exc:
                 log.warning("receive from %s failed: %s", redact(sub.url), exc)
                 stop.wait(min(max(self.poll, 0.5), 5.0))
@@ -261,10 +346,12 @@ class _Consumer:
     def _keep_leases(self) -> None:
         interval = max(0.05, min(self.lease / 4, 5.0))
         while not self.finished.wait(interval):
+            if self.claims is not None:
+                self.claims.keep()
+            if not self.sub.capabilities.lease_extension:
+                continue
             with self.cond:
-                held = list(self.held.values()) if self.sub.capabilities.lease_extension else []
-                claims = list(self.claims.values())
-            self._keep_claims(claims)
+                held = list(self.held.values())
             for message in held:
                 if message.settled or message.lease_remaining > self.lease / 2:
                     continue
@@ -277,34 +364,15 @@ class _Consumer:
                     if not message.settled:
                         log.warning("could not extend the lease on message %s: %s", message.id, exc)
 
-    def _keep_claims(self, claims: list[list[Any]]) -> None:
-        """Extend idempotency claims of long handlers, where the store can (``extend``)."""
-        extend = getattr(self.store, "extend", None)
-        if extend is None:
-            return
-        now = time.monotonic()
-        for claim in claims:
-            key, token, ends = claim
-            if ends - now > self.claim_lease / 2:
-                continue
-            try:
-                extend(key, token, self.claim_lease)
-                claim[2] = now + self.claim_lease
-            except Exception as exc:
-                log.warning("could not extend the idempotency claim %s: %s", key, exc)
-
     # -- one message ------------------------------------------------------
     def _process(self, message: Message) -> None:
         try:
             self._process_once(message)
         finally:
-            if self.claims:
-                with self.cond:
-                    self.claims.pop(id(message), None)
+            if self.claims is not None:
+                self.claims.forget(message)
 
     def _process_once(self, message: Message) -> None:
-        from .messaging import _ACKED  # not at the top: messaging imports this module
-
         if self.stop.is_set() and self.abandon.is_set():
             self._release(message)
             return
@@ -314,55 +382,43 @@ class _Consumer:
                 message, f"delivered {message.delivery_attempt} times without success (max_deliveries={limit})"
             )
             return
-        store = self.store
-        key = self.key_of(message) if store is not None else None
-        token: str | None = None
-        if store is not None and key is not None:
+        claims = self.claims
+        if claims is not None:
             try:
-                claim = store.claim(key, _fingerprint(message.body), lease=self.claim_lease, ttl=self.claim_ttl)
+                claim = claims.claim(message)
             except IdempotencyConflict as exc:
                 self._to_dead_letter(message, f"IdempotencyConflict: {exc}")
                 return
             except Exception as exc:
                 log.warning("idempotency claim for message %s failed: %s", message.id, exc)
-                self._settle_nack(message, self._delay(message.delivery_attempt))
+                self._retry_later(message)
                 return
-            if claim.status == "completed":
+            if claim is not None and claim.status == "completed":
                 if self._settle_ack(message):
                     self._count("skipped")
                 return
-            if claim.status == "in_progress":
-                self._settle_nack(message, min(self.claim_lease, max(self._delay(message.delivery_attempt), 1.0)))
+            if claim is not None and claim.status == "in_progress":
+                self._settle_nack(message, min(claims.lease, max(self._delay(message.delivery_attempt), 1.0)))
                 return
-            token = claim.token
-            if token is not None:
-                with self.cond:
-                    self.claims[id(message)] = [key, token, time.monotonic() + self.claim_lease]
         try:
             result = self.handler(message)
         except Exception as exc:
             self._count("failed")
-            if token is not None and store is not None and key is not None:
-                try:
-                    store.release(key, token)
-                except Exception as rel:
-                    log.warning("could not release idempotency key of message %s: %s", message.id, rel)
+            if claims is not None:
+                claims.release(message)
             log.warning("handler failed on message %s (attempt %d): %r", message.id, message.delivery_attempt, exc)
             if message.settled:
                 return
             if limit is not None and message.delivery_attempt >= limit:
                 self._to_dead_letter(message, f"{type(exc).__name__}: {redact(str(exc))}")
             else:
-                self._settle_nack(message, self._delay(message.delivery_attempt))
+                self._retry_later(message)
             return
-        if token is not None and store is not None and key is not None:
-            try:
-                store.complete(key, token, result if isinstance(result, bytes) else None)
-            except Exception as exc:
-                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
+        if claims is not None:
+            claims.complete(message, result if isinstance(result, bytes) else None)
         if not message.settled:
             self._settle_ack(message)
-        elif message._state == _ACKED:
+        elif message._state is ACKED:
             self._count("acked")
 
     def _delay(self, attempt: int) -> float:
@@ -382,6 +438,10 @@ class _Consumer:
         self._count("acked")
         return True
 
+    def _retry_later(self, message: Message) -> None:
+        """Nack ``message`` with the backoff of its delivery attempt."""
+        self._settle_nack(message, self._delay(message.delivery_attempt))
+
     def _settle_nack(self, message: Message, delay: float) -> None:
         try:
             message.nack(delay)
@@ -394,17 +454,15 @@ class _Consumer:
         self._count("nacked")
 
     def _to_dead_letter(self, message: Message, reason: str) -> None:
-        from .messaging import _DEAD  # not at the top: messaging imports this module
-
         try:
-            if message._settle(_DEAD):
-                self.sub._dead_letter(message, reason, self.target)
+            if self.settler.may_settle(message, DEAD_LETTERED):
+                self.settler.move_to_dead_letter(message, reason, self.target)
         except PreconditionFailed:
             self._count("lost")
             return
         except PortableError as exc:
             log.warning("dead-lettering message %s failed: %s; retrying later", message.id, exc)
-            self._settle_nack(message, self._delay(message.delivery_attempt))
+            self._retry_later(message)
             return
         self._count("dead_lettered")
         log.warning("message %s dead-lettered: %s", message.id, reason)

@@ -1,0 +1,305 @@
+"""The receiving side: :class:`Subscription` and :func:`open_subscription`."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from ..config import Profile
+from ..driver.idempotency import IdempotencyStore
+from ..driver.messaging import (
+    ACKED,
+    LEASED,
+    MAX_RECEIVE,
+    Delivery,
+    MessagingDriver,
+    QueueStats,
+    ReceivedMessage,
+    SubscriptionDriver,
+)
+from ..driver.redaction import redact
+from ..errors import ConfigError, InvalidArgument
+from ..resilience import ResiliencePolicy
+from ._consumer import ConsumerLoop, RunStats, default_idempotency_key, stop_on_signals
+from ._message import Message, MessageSettler
+from ._open import MessagingClient, Resolved
+from ._topic import Topic, open_topic
+from ._validation import check_lease, check_seconds
+
+#: Seconds a received message stays leased unless ``lease`` says otherwise.
+DEFAULT_LEASE = 30.0
+#: the longest wait one driver call is asked for; longer waits loop
+_MAX_WAIT_SLICE = 20.0
+
+
+class Subscription(MessagingClient[SubscriptionDriver]):
+    """Receives messages from one subscription or queue. Thread-safe.
+
+    Attributes:
+        url: the URL it was opened with (secrets masked in repr).
+        provider: the scheme (``"sqs"``).
+        capabilities: what the provider supports.
+        lease: the default lease in seconds of :meth:`receive` and :meth:`run`.
+        dead_letter: the portable dead-letter topic URL, if one was configured.
+    """
+
+    def __init__(
+        self,
+        driver: MessagingDriver,
+        subscription: SubscriptionDriver,
+        *,
+        url: str = "",
+        policy: ResiliencePolicy | None = None,
+        lease: float = DEFAULT_LEASE,
+        dead_letter: str | Topic | None = None,
+    ) -> None:
+        super().__init__(driver, subscription, url=url, policy=policy, action="receive from")
+        self._policy = policy
+        self.lease = check_lease(lease, self.capabilities, self.provider)
+        self.dead_letter = dead_letter
+        self._dead_letter_topic: Topic | None = dead_letter if isinstance(dead_letter, Topic) else None
+        self._stops: set[threading.Event] = set()
+        self._stops_lock = threading.Lock()
+        self._settler = MessageSettler(
+            subscription, self._guard, capabilities=self.capabilities, provider=self.provider, url=url,
+            dead_letter_target=self._dead_letter_target,
+        )  # fmt: skip
+
+    @property
+    def _driver_sub(self) -> SubscriptionDriver:
+        """The receiving side's driver."""
+        return self._side
+
+    # -- receiving -----------------------------------------------------
+    def receive(self, max_messages: int = 1, wait: float = 0.0, *, lease: float | None = None) -> list[Message]:
+        """Lease up to ``max_messages`` messages, waiting up to ``wait`` seconds for the first.
+
+        Returns as soon as at least one message is there (then takes what else is
+        ready, in native batches of ``capabilities.max_batch``), or an empty list
+        when ``wait`` passes.
+
+        Args:
+            max_messages: 1 to 1,000. Defaults to 1.
+            wait: seconds to wait for a first message (long poll). Defaults to 0.
+            lease: seconds each message stays leased to this consumer. Defaults
+                to the subscription's ``lease``.
+        """
+        if type(max_messages) is not int or not 1 <= max_messages <= MAX_RECEIVE:
+            raise InvalidArgument(f"max_messages must be an int from 1 to {MAX_RECEIVE}, got {max_messages!r}")
+        deadline = time.monotonic() + check_seconds("wait", wait)
+        lease_s = self.lease if lease is None else check_lease(lease, self.capabilities, self.provider)
+        batch = self.capabilities.max_batch
+        fetch = self._side.receive
+        settler = self._settler
+        out: list[Message] = []
+        while True:
+            left = max(0.0, deadline - time.monotonic()) if not out else 0.0
+            ask = min(batch, max_messages - len(out))
+            got = self._guard.call("receive", self._what, fetch, ask, min(left, _MAX_WAIT_SLICE), lease_s)
+            ends = time.monotonic() + lease_s
+            if got and isinstance(got[0], Delivery):  # the driver made the messages: adopt them
+                messages = got
+            else:
+                messages = [Delivery(record) for record in cast("list[ReceivedMessage]", got)]
+            for m in messages:
+                m._settler = settler
+                m._state = LEASED
+                m._lease_ends = ends
+            out += messages
+            if len(out) >= max_messages or (out and len(got) < ask):
+                return out
+            if not out and time.monotonic() >= deadline:
+                return out
+
+    def ack_many(self, messages: Iterable[Message]) -> None:
+        """Ack many messages in native batches (SQS DeleteMessageBatch, Pub/Sub acknowledge).
+
+        A failed ack is retried on its own; the first that still fails raises.
+        """
+        settler = self._settler
+        pending = [m for m in messages if m._state is LEASED or settler.may_settle(m, ACKED)]
+        batch = self.capabilities.max_batch
+        for start in range(0, len(pending), batch):
+            chunk = pending[start : start + batch]
+            results = self._guard.call(
+                "ack", f"ack {len(chunk)} messages", self._side.ack_many, [m._handle for m in chunk]
+            )
+            if len(results) == len(chunk) and results.count(None) == len(chunk):
+                for message in chunk:
+                    message._state = ACKED
+                continue
+            for message, result in zip(chunk, results, strict=True):
+                if result is not None:
+                    err = self._guard.wrap(f"ack {message.id}", result)
+                    if not err.retryable:
+                        raise err from (None if err is result else result)
+                    settler.call_with_handle(message, "ack", self._side.ack)
+                message._state = ACKED
+
+    def stats(self) -> QueueStats:
+        """Approximate counts: available, in flight, delayed and dead letters (None where unknown)."""
+        return self._guard.call("admin", f"stats of {redact(self.url)}", self._side.stats)
+
+    # -- dead letters --------------------------------------------------
+    @property
+    def dead_letter_url(self) -> str | None:
+        """The URL of the native dead-letter destination (opens as a subscription), else the configured one."""
+        native = self._side.dead_letter_url() if self.capabilities.native_dead_letter else None
+        if native:
+            return native
+        if isinstance(self.dead_letter, Topic):
+            return self.dead_letter.url
+        return self.dead_letter
+
+    def _dead_letter_target(self, override: str | Topic | None) -> Topic | None:
+        """The portable DLQ topic to republish to, or None to use the native one.
+
+        Raises:
+            ConfigError: there is neither.
+        """
+        if override is not None:
+            return override if isinstance(override, Topic) else open_topic(override, policy=self._policy)
+        if self.capabilities.native_dead_letter:
+            return None
+        if self._dead_letter_topic is None and isinstance(self.dead_letter, str):
+            self._dead_letter_topic = open_topic(self.dead_letter, policy=self._policy)
+        if self._dead_letter_topic is None:
+            raise ConfigError(
+                f"{self.provider}:// has no native dead-letter queue: give a dead_letter= URL to "
+                "open_subscription() or run(), or set the profile's dead_letter"
+            )
+        return self._dead_letter_topic
+
+    # -- the consumer loop ---------------------------------------------
+    def run(
+        self,
+        handler: Callable[[Message], Any],
+        *,
+        concurrency: int = 1,
+        max_deliveries: int | None = 5,
+        idempotency: IdempotencyStore | None = None,
+        dead_letter: str | Topic | None = None,
+        lease: float | None = None,
+        backoff: float = 1.0,
+        max_backoff: float = 300.0,
+        poll: float = 1.0,
+        drain_timeout: float = 30.0,
+        stop_event: threading.Event | None = None,
+        handle_signals: bool = True,
+        idempotency_key: Callable[[Message], str | None] = default_idempotency_key,
+        idempotency_lease: float = 60.0,
+        idempotency_ttl: float = 7 * 86400.0,
+    ) -> RunStats:
+        """Receive and handle messages until stopped; return what was done.
+
+        For each message, ``handler(message)`` runs on one of ``concurrency``
+        threads while the loop extends the message's lease. Then:
+
+        * success: the message is acked (unless the handler settled it itself);
+        * exception: it is nacked with exponential backoff (``backoff * 2**(attempt-1)``,
+          at most ``max_backoff``), and at attempt ``max_deliveries`` it is moved to
+          the dead-letter destination: ``dead_letter`` if given, else the provider's
+          native one, else the subscription's configured one (with the original
+          attributes plus ``portable.dead_letter_reason`` and friends);
+        * a message delivered more than ``max_deliveries`` times (a consumer kept
+          crashing on it) is dead-lettered without running the handler;
+        * with ``idempotency``: a message whose key (``idempotency_key(message)``:
+          by default its ``portable.idempotency_key`` or CloudEvent source+id) is
+          already completed is acked without running the handler; one in progress
+          elsewhere is nacked with a delay; otherwise the handler runs under the
+          claim, then ``complete(key, token, result)`` (the handler's return value
+          if it is bytes) and ack; on failure ``release`` and nack. A key reused
+          with a different body (IdempotencyConflict) is dead-lettered.
+
+        Messages with the same ``key`` are handled one at a time, in order.
+        Where the provider cannot extend leases (``capabilities.lease_extension``
+        is False), a handler must finish within ``lease``.
+
+        Stopping: :meth:`stop`, ``stop_event.set()``, or SIGTERM/SIGINT (handlers are
+        installed only when called from the main thread and ``handle_signals``). The
+        loop stops receiving, releases (nacks at once) what it holds but has not
+        started, and waits up to ``drain_timeout`` seconds for running handlers to
+        finish and settle. A second signal stops waiting. A message it did not handle
+        is never acked.
+
+        Raises:
+            ConfigError: ``max_deliveries`` is set but there is no dead-letter
+                destination (checked at start).
+            InvalidArgument: bad arguments.
+        """
+        if not callable(handler):
+            raise InvalidArgument("handler must be a callable taking a Message")
+        if type(concurrency) is not int or not 1 <= concurrency <= 1024:
+            raise InvalidArgument(f"concurrency must be an int from 1 to 1024, got {concurrency!r}")
+        if max_deliveries is not None and (type(max_deliveries) is not int or max_deliveries < 1):
+            raise InvalidArgument(f"max_deliveries must be an int >= 1 or None, got {max_deliveries!r}")
+        backoff_s = check_seconds("backoff", backoff)
+        max_backoff_s = check_seconds("max_backoff", max_backoff)
+        poll_s = check_seconds("poll", poll)
+        drain_timeout_s = check_seconds("drain_timeout", drain_timeout)
+        claim_lease_s = check_seconds("idempotency_lease", idempotency_lease)
+        claim_ttl_s = check_seconds("idempotency_ttl", idempotency_ttl)
+        if not 0 < claim_lease_s <= claim_ttl_s:
+            raise InvalidArgument(
+                f"idempotency_lease must be > 0 and at most idempotency_ttl ({idempotency_ttl}), got {idempotency_lease}"
+            )
+        lease_s = self.lease if lease is None else check_lease(lease, self.capabilities, self.provider)
+        target = self._dead_letter_target(dead_letter) if max_deliveries is not None else None
+        stop = stop_event or threading.Event()
+        consumer = ConsumerLoop(
+            self, self._settler, handler, concurrency=concurrency, max_deliveries=max_deliveries,
+            idempotency=idempotency, target=target, lease=lease_s, backoff=backoff_s, max_backoff=max_backoff_s,
+            poll=min(poll_s, _MAX_WAIT_SLICE), drain_timeout=drain_timeout_s, stop=stop,
+            idempotency_key=idempotency_key, idempotency_lease=claim_lease_s, idempotency_ttl=claim_ttl_s,
+        )  # fmt: skip
+        with self._stops_lock:
+            self._stops.add(stop)
+        try:
+            with stop_on_signals(consumer) if handle_signals else contextlib.nullcontext():
+                return consumer.run()
+        finally:
+            with self._stops_lock:
+                self._stops.discard(stop)
+
+    def stop(self) -> None:
+        """Ask every running :meth:`run` loop of this subscription to stop gracefully."""
+        with self._stops_lock:
+            for event in self._stops:
+                event.set()
+
+
+def open_subscription(
+    url: str | None = None,
+    *,
+    profile: str | Profile | None = None,
+    policy: ResiliencePolicy | None = None,
+    lease: float = DEFAULT_LEASE,
+    dead_letter: str | Topic | None = None,
+) -> Subscription:
+    """Open the receiving side of ``url``, or of the active profile's ``queue``.
+
+    The profile's ``requires`` are checked now (MissingCapability) and its
+    resilience policy applies unless ``policy`` is given.
+
+    Args:
+        lease: default seconds a received message stays leased. Defaults to 30;
+            at least ``capabilities.min_lease_seconds`` (Pub/Sub and Azure: 1).
+        dead_letter: where :meth:`Subscription.run` republishes poison messages when
+            the provider has no native dead-letter queue. Defaults to the profile's
+            ``dead_letter`` when the queue is the profile's own.
+
+    Raises:
+        UnknownScheme / MissingDependency / InvalidURL / ConfigError: before any request.
+        InvalidURL: the URL names no subscription (``pubsub://p/topics/t``).
+        MissingCapability: the profile requires what the provider lacks.
+    """
+    where = Resolved.of(url, profile, policy)
+    side = where.open("subscription", where.driver.subscription)
+    if dead_letter is None and (url is None or url == where.profile.queue):
+        dead_letter = where.profile.dead_letter
+    return Subscription(
+        where.driver, side, url=where.url, policy=where.policy, lease=lease, dead_letter=dead_letter
+    )

@@ -1,0 +1,232 @@
+"""The publishing side: :class:`Topic` and :func:`open_topic`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Literal, cast, overload
+
+from ..cloudevents import CloudEvent, to_message
+from ..config import Profile
+from ..driver.messaging import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DELIVERY_ATTEMPTS,
+    IDEMPOTENCY_ATTRIBUTE,
+    ORIGINAL_ID,
+    Delivery,
+    MessagingDriver,
+    OutgoingMessage,
+    TopicDriver,
+)
+from ..driver.redaction import redact
+from ..errors import InvalidArgument, PortableError, TooLarge
+from ..resilience import ResiliencePolicy
+from ._open import MessagingClient, Resolved
+from ._validation import as_body, attribute_text, check_attributes, check_token
+
+
+class Topic(MessagingClient[TopicDriver]):
+    """Publishes messages to one topic or queue. Thread-safe.
+
+    Attributes:
+        url: the URL it was opened with (secrets masked in repr).
+        provider: the scheme (``"sqs"``).
+        capabilities: what the provider supports.
+    """
+
+    def __init__(
+        self,
+        driver: MessagingDriver,
+        topic: TopicDriver,
+        *,
+        url: str = "",
+        policy: ResiliencePolicy | None = None,
+    ) -> None:
+        super().__init__(driver, topic, url=url, policy=policy, action="publish to")
+        self._max_bytes = self.capabilities.max_message_bytes
+
+    def _outgoing(
+        self,
+        body: object,
+        key: object,
+        attributes: object,
+        idempotency_key: object,
+        *,
+        allow_reserved: bool = False,
+    ) -> OutgoingMessage:
+        data = body if type(body) is bytes else as_body(body)
+        size = len(data)
+        attrs: dict[str, str]
+        if attributes is None:
+            attrs = {}
+        else:
+            attrs, extra = check_attributes(attributes, allow_reserved=allow_reserved)
+            size += extra
+        if key is not None:
+            check_token("an ordering key", key)
+        if idempotency_key is not None:
+            check_token("an idempotency key", idempotency_key)
+            attrs[IDEMPOTENCY_ATTRIBUTE] = idempotency_key  # type: ignore[assignment]
+            size += len(IDEMPOTENCY_ATTRIBUTE) + len(idempotency_key)  # type: ignore[arg-type]
+        if size > self._max_bytes:
+            raise TooLarge(
+                f"the message is {size} bytes (body plus attributes); {self.provider}:// takes at most "
+                f"{self._max_bytes}; store large payloads in a bucket and publish their key"
+            )
+        if len(attrs) > self.capabilities.max_attributes:
+            raise InvalidArgument(
+                f"{len(attrs)} attributes (reserved ones included); {self.provider}:// takes at most "
+                f"{self.capabilities.max_attributes}"
+            )
+        return OutgoingMessage(data, attrs, key, idempotency_key)  # type: ignore[arg-type]
+
+    def publish(
+        self,
+        body: bytes,
+        *,
+        key: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Publish one message; return the provider's message id.
+
+        Args:
+            body: the payload, bytes.
+            key: ordering key: messages with the same key are delivered in order
+                where ``capabilities.ordering``; carried everywhere.
+            attributes: string attributes (see the module docstring for the rules).
+            idempotency_key: carried as ``portable.idempotency_key``; with
+                ``capabilities.publish_dedup`` a repeat inside the dedup window
+                publishes nothing and returns the first id.
+
+        Raises:
+            InvalidArgument / InvalidKey / TooLarge: bad input, before any request.
+            NotFound: the topic does not exist.
+        """
+        if type(body) is bytes and key is None and attributes is None and idempotency_key is None:
+            if len(body) > self._max_bytes:
+                raise TooLarge(
+                    f"the message is {len(body)} bytes; {self.provider}:// takes at most {self._max_bytes}; "
+                    "store large payloads in a bucket and publish their key"
+                )
+            message = OutgoingMessage(body)
+        else:
+            message = self._outgoing(body, key, attributes, idempotency_key)
+        return self._guard.call("publish", self._what, self._side.publish, message)
+
+    def publish_batch(self, messages: Iterable[bytes | OutgoingMessage]) -> list[str]:
+        """Publish many messages (native batches of ``capabilities.max_batch``); return their ids in order.
+
+        Each item is ``bytes`` or an :class:`OutgoingMessage` (``body``, ``attributes``,
+        ``key``, ``idempotency_key``). Every item is validated before anything is
+        sent. A failed item is retried on its own under the retry policy; the
+        first that still fails raises, after the items before it were published.
+        """
+        # Validate everything first. A plain body that passed stays bytes until the driver
+        # reads it (LazyOutgoingMessages), so a large batch does not hold one more live object per message:
+        # the garbage collector's full passes cost in proportion to live objects.
+        max_bytes = self._max_bytes
+        items: list[bytes | OutgoingMessage] = [
+            m
+            if type(m) is bytes and len(m) <= max_bytes
+            else self._outgoing(m, None, None, None)
+            if not isinstance(m, OutgoingMessage)
+            else self._outgoing(m.body, m.key, m.attributes or None, m.idempotency_key)
+            for m in messages
+        ]
+        ids: list[str] = []
+        size = self.capabilities.max_batch
+        for start in range(0, len(items), size):
+            chunk = LazyOutgoingMessages(items[start : start + size])
+            results = self._guard.call("publish", self._what, self._side.publish_batch, chunk)
+            if len(results) != len(chunk):
+                raise PortableError(
+                    f"{self._what}: the driver answered {len(results)} results for {len(chunk)} messages",
+                    provider=self.provider,
+                )
+            for i, failed in [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]:
+                err = self._guard.wrap(self._what, failed)
+                if not err.retryable:
+                    raise err from (None if err is failed else failed)
+                results[i] = self._guard.call("publish", self._what, self._side.publish, chunk[i])
+            ids += cast("list[str]", results)  # every error was replaced by an id, or raised
+        return ids
+
+    def publish_event(
+        self,
+        event: CloudEvent,
+        *,
+        mode: Literal["binary", "structured"] = "binary",
+        key: str | None = None,
+    ) -> str:
+        """Publish a CloudEvent (see :mod:`portable.cloudevents`); return the message id.
+
+        ``binary`` carries the event's attributes as ``ce_*`` message attributes
+        and its data as the body; ``structured`` sends the JSON event format as the
+        body. Either way the idempotency key is ``source`` and ``id``, so a repeat
+        of the same event is deduplicated where the provider can.
+        """
+        body, attributes = to_message(event, mode=mode)
+        return self.publish(body, key=key, attributes=attributes, idempotency_key=event.dedup_key())
+
+    def _republish(self, message: Delivery, reason: str, source: str) -> str:
+        """Publish a dead-lettered copy of ``message`` (original attributes plus the reason)."""
+        attributes = dict(message.attributes)
+        attributes[DEAD_LETTER_REASON] = attribute_text(reason, 900)
+        attributes[DEAD_LETTER_SOURCE] = attribute_text(redact(source), 900)
+        attributes[DELIVERY_ATTEMPTS] = str(message.delivery_attempt)
+        attributes[ORIGINAL_ID] = message.id
+        return self._publish_keeping(message.body, message.key, attributes)
+
+    def _publish_keeping(self, body: bytes, key: str | None, attributes: Mapping[str, str]) -> str:
+        """Publish with ``portable.*`` attributes kept as they are and no provider dedup.
+
+        For moving messages (dead-lettering, redrive): the idempotency key stays an
+        attribute for consumers, but a provider must not drop the copy as a repeat.
+        """
+        out = self._outgoing(body, key, attributes or None, None, allow_reserved=True)
+        return self._guard.call("publish", self._what, self._side.publish, out)
+
+
+class LazyOutgoingMessages(Sequence[OutgoingMessage]):
+    """The validated items of one driver call: a plain body becomes an OutgoingMessage only as
+    the driver reads it, and is dropped after it is sent (iterable again, for a retry)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[bytes | OutgoingMessage]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> OutgoingMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[OutgoingMessage]: ...
+    def __getitem__(self, index: int | slice) -> OutgoingMessage | list[OutgoingMessage]:
+        if isinstance(index, slice):
+            return [OutgoingMessage(m) if isinstance(m, bytes) else m for m in self._items[index]]
+        m = self._items[index]
+        return OutgoingMessage(m) if isinstance(m, bytes) else m
+
+    def __iter__(self) -> Iterator[OutgoingMessage]:
+        for m in self._items:
+            yield OutgoingMessage(m) if isinstance(m, bytes) else m
+
+
+def open_topic(
+    url: str | None = None, *, profile: str | Profile | None = None, policy: ResiliencePolicy | None = None
+) -> Topic:
+    """Open the publishing side of ``url``, or of the active profile's ``queue``.
+
+    The profile's ``requires`` are checked now (MissingCapability) and its
+    resilience policy applies unless ``policy`` is given.
+
+    Raises:
+        UnknownScheme / MissingDependency / InvalidURL / ConfigError: before any request.
+        InvalidURL: the URL names no topic (``pubsub://p/subscriptions/s``).
+    """
+    where = Resolved.of(url, profile, policy)
+    side = where.open("topic", where.driver.topic)
+    return Topic(where.driver, side, url=where.url, policy=where.policy)
