@@ -17,7 +17,13 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from portable.driver.messaging import ReceivedMessage
+from portable.driver.messaging import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DELIVERY_ATTEMPTS,
+    ORIGINAL_ID,
+    ReceivedMessage,
+)
 from portable.errors import Unsupported
 from portable.resilience import remaining
 
@@ -39,10 +45,6 @@ __all__ = ["Settlement"]
 log = logging.getLogger("portable.kafka")
 
 #: Reserved dead-letter attributes (portable.messaging writes the same names).
-_DL_REASON = "portable.dead_letter_reason"
-_DL_SOURCE = "portable.dead_letter_source"
-_DL_ATTEMPTS = "portable.delivery_attempts"
-_DL_ORIGINAL = "portable.original_id"
 
 #: Acks trigger a commit at most this often (seconds); receive and close always commit.
 _ACK_COMMIT_INTERVAL = 0.2
@@ -181,10 +183,10 @@ class Settlement(LocalLeases):
         attributes = dict(delivery.attributes)
         attributes.update(
             {
-                _DL_REASON: reason,
-                _DL_SOURCE: self.settings.url_for(self.topic, self.settings.group),
-                _DL_ATTEMPTS: str(delivery.delivery_attempt),
-                _DL_ORIGINAL: delivery.id,
+                DEAD_LETTER_REASON: reason,
+                DEAD_LETTER_SOURCE: self.settings.url_for(self.topic, self.settings.group),
+                DELIVERY_ATTEMPTS: str(delivery.delivery_attempt),
+                ORIGINAL_ID: delivery.id,
             }
         )
         self._republish(self.dead_letter_topic, delivery, attributes, None)

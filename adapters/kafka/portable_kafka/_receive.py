@@ -28,9 +28,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from portable.driver.messaging import SubscriptionDriver
+from portable.driver.messaging import Delivery, SubscriptionDriver
 from portable.errors import PreconditionFailed
-from portable.messaging import Delivery
 
 from ._progress import PartitionProgress
 from ._records import (
@@ -64,7 +63,7 @@ class _Delivery(Delivery):
 
     A consumer handles many thousands of messages a second, and every object kept per
     message in flight costs allocation and garbage-collector time, so there is one (a
-    :class:`portable.messaging.Delivery`, which the Subscription hands out as it is).
+    :class:`portable.driver.messaging.Delivery`, which the Subscription hands out as it is).
     ``_handle`` is an int token, new for every delivery: a later delivery of the same
     record is a new object with a new token, and a stale handle finds nothing.
     """
