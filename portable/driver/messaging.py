@@ -264,6 +264,13 @@ class ReceivedMessage:
             where ``capabilities.delivery_count`` is False (never below 1).
         handle: the driver's opaque token for ack/nack/extend (SQS receipt handle,
             Pub/Sub ack id, Azure (id, pop receipt), Kafka (partition, offset)).
+        headers: the provider's headers or attributes as sent, ``(name, bytes)``
+            pairs in wire order with duplicates kept (Kafka headers, SQS message
+            attributes including Binary ones, Pub/Sub attributes); ``()`` where the
+            provider has none.
+        key_bytes: the key exactly as sent, where that is not simply the UTF-8 of
+            ``key`` (a non-UTF-8 Kafka key); None otherwise. ``Message.key_bytes``
+            gives users the key as sent in every case.
     """
 
     id: str
@@ -273,6 +280,8 @@ class ReceivedMessage:
     publish_time: dt.datetime
     delivery_attempt: int
     handle: Any
+    headers: tuple[tuple[str, bytes], ...]
+    key_bytes: bytes | None
 
     def __init__(
         self,
@@ -283,8 +292,12 @@ class ReceivedMessage:
         publish_time: dt.datetime,
         delivery_attempt: int,
         handle: Any,
+        headers: tuple[tuple[str, bytes], ...] = (),
+        key_bytes: bytes | None = None,
     ) -> None:
         # by the slot descriptors, as OutgoingMessage: once per message received
+        _set_in_headers(self, headers)
+        _set_in_key_bytes(self, key_bytes)
         _set_in_id(self, id)
         _set_in_body(self, body)
         _set_in_attributes(self, attributes)
@@ -300,6 +313,7 @@ class ReceivedMessage:
         return cls(
             message.id, message.body, message.attributes, message.key, message.publish_time,
             message.delivery_attempt if delivery_attempt is None else delivery_attempt, handle,
+            getattr(message, "headers", ()), getattr(message, "_key_bytes", getattr(message, "key_bytes", None)),
         )  # fmt: skip
 
 
@@ -315,6 +329,8 @@ _set_in_key = ReceivedMessage.__dict__["key"].__set__
 _set_in_publish_time = ReceivedMessage.__dict__["publish_time"].__set__
 _set_in_delivery_attempt = ReceivedMessage.__dict__["delivery_attempt"].__set__
 _set_in_handle = ReceivedMessage.__dict__["handle"].__set__
+_set_in_headers = ReceivedMessage.__dict__["headers"].__set__
+_set_in_key_bytes = ReceivedMessage.__dict__["key_bytes"].__set__
 
 
 class Settler(Protocol):

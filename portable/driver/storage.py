@@ -103,6 +103,8 @@ class ObjectInfo:
         content_type: the stored Content-Type, if any.
         metadata: user metadata (``head`` only; ``list`` leaves it empty).
         is_prefix: True for a common prefix returned by a delimited ``list``.
+        cache_control, content_encoding, content_disposition: the stored HTTP
+            headers (``head`` only), where the provider keeps them.
     """
 
     key: str
@@ -112,6 +114,9 @@ class ObjectInfo:
     content_type: str | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
     is_prefix: bool = False
+    cache_control: str | None = None
+    content_encoding: str | None = None
+    content_disposition: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +139,11 @@ class WriteOptions:
     metadata: Mapping[str, str] = field(default_factory=dict)
     if_none_match: bool = False
     if_match: str | None = None
+    #: HTTP headers stored with the object where the provider has them (S3, GCS, Azure);
+    #: they come only from these named arguments, never from ``metadata``.
+    cache_control: str | None = None
+    content_encoding: str | None = None
+    content_disposition: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +312,17 @@ class StorageDriver(Classifier, abc.ABC):
 
         results = _fan_out(one, pairs, self.batch_concurrency)
         yield from zip((dst for _, dst in pairs), results, strict=True)
+
+    def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """Remove the leftovers of writes that never committed, started more than ``older_than`` ago.
+
+        Leftovers are what a killed writer leaves: temp files (file://), incomplete
+        multipart uploads (S3), uncommitted blocks (Azure), resumable sessions
+        (GCS, where the API lists them). Returns what was removed, one entry each
+        (the key, or ``key#upload-id`` where one key has several). The default
+        raises Unsupported: a driver that can leave leftovers overrides it.
+        """
+        raise Unsupported(f"{self.scheme}:// cannot list incomplete writes", provider=self.scheme)
 
     def close(self) -> None:
         """Release connections and threads."""
