@@ -6,8 +6,7 @@ whether a failure is final and how long to wait before the next attempt, and
 takes the breaker's leave for it. Each attempt runs inside ``with attempts:``,
 which keeps a failure for the next decision and tallies a success. The bare
 first attempt of ``Guard.call`` and ``Guard.acall`` needs none of it, so an
-:class:`Attempts` is made only once a call fails (or when the policy needs
-per-call set-up).
+:class:`Attempts` is made only once a call fails.
 """
 
 from __future__ import annotations
@@ -45,12 +44,11 @@ class Attempts:
         what: the operation and its target, for error messages.
         breaker: the breaker of the call's operation class, or None.
         probe: the ticket the breaker gave the attempt in flight.
-        failure: the error of the attempt that already ran, or None when the
-            first attempt is still to run.
+        failure: the error of the first attempt, which already ran.
         fn, args, kwargs: the driver call, shown to tenacity strategies.
         started: the guard's clock when the call began, for the strategies'
-            elapsed time; None when the first attempt ran bare (then the
-            policy names no strategy).
+            elapsed time; None when the guard did not note it (the policy
+            names no strategy).
     """
 
     __slots__ = (
@@ -73,7 +71,7 @@ class Attempts:
         what: str,
         breaker: CircuitBreaker | None,
         probe: int,
-        failure: Exception | None,
+        failure: Exception,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -83,36 +81,13 @@ class Attempts:
         self.what = what
         self.breaker = breaker
         self.probe = probe
-        self.failure = failure
+        self.failure: Exception | None = failure
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
         self.started = started
         self.attempt = 1
         self.tenacity_state: tenacity.RetryCallState | None = None
-
-    @classmethod
-    def first(
-        cls,
-        guard: Guard,
-        op_class: str,
-        what: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Attempts:
-        """Admit a call's first attempt: the deadline has not passed and the breaker lets it through.
-
-        Raises:
-            DeadlineExceeded: the deadline in force has passed.
-            CircuitOpen: the breaker of ``op_class`` refuses the call.
-        """
-        at = DEADLINE_AT.get()
-        if at is not None and time.monotonic() >= at:
-            raise deadline_error(guard.provider, what)
-        breaker = guard.breaker(op_class)
-        probe = breaker.before_call() if breaker is not None else 0
-        return cls(guard, what, breaker, probe, None, fn, args, kwargs, guard.clock())
 
     def __enter__(self) -> None:
         return None

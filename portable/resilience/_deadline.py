@@ -6,8 +6,12 @@ import contextlib
 import contextvars
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import DeadlineExceeded, InvalidArgument, PortableError
+
+if TYPE_CHECKING:
+    from ._policy import ResiliencePolicy
 
 #: The overall deadline in force, as ``time.monotonic()`` seconds (the earliest of nested ones).
 DEADLINE_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("portable_deadline", default=None)
@@ -46,6 +50,41 @@ def tighten(at: float) -> contextvars.Token[float | None]:
     """Put the deadline ``at`` in force unless an earlier one already is; reset the token to undo."""
     outer = DEADLINE_AT.get()
     return DEADLINE_AT.set(at if outer is None else min(at, outer))
+
+
+#: What :func:`impose_limits` returns and :func:`lift_limits` undoes: the tokens of the two context
+#: variables (a plain tuple: this is made on every call of a policy with limits, and a class costs more)
+Limits = tuple[contextvars.Token[float | None] | None, contextvars.Token[float | None] | None]
+
+
+def impose_limits(policy: ResiliencePolicy, per_attempt: bool = True) -> Limits:
+    """Put a policy's own deadline (tightening any in force) and its per-attempt timeout in force.
+
+    Args:
+        policy: the guard's policy.
+        per_attempt: also set the per-attempt timeout that sync drivers read
+            through :func:`attempt_timeout` (the async guard sets it per attempt).
+
+    Returns:
+        The tokens for :func:`lift_limits`, which a guard calls when the call ends.
+    """
+    own = policy.deadline
+    if own is None:
+        deadline_token = None
+    else:  # tighten(), written out: this runs on every call of such a policy
+        at, outer = time.monotonic() + own, DEADLINE_AT.get()
+        deadline_token = DEADLINE_AT.set(at if outer is None or at < outer else outer)
+    timeout = policy.retry.timeout
+    return deadline_token, None if timeout is None or not per_attempt else ATTEMPT_LIMIT.set(timeout)
+
+
+def lift_limits(limits: Limits) -> None:
+    """Put the deadline and per-attempt timeout back as they were before :func:`impose_limits`."""
+    deadline_token, timeout_token = limits
+    if timeout_token is not None:
+        ATTEMPT_LIMIT.reset(timeout_token)
+    if deadline_token is not None:
+        DEADLINE_AT.reset(deadline_token)
 
 
 def current_deadline() -> float | None:

@@ -11,10 +11,21 @@ from ..driver.redaction import redact
 from ..errors import DeadlineExceeded, ErrorCode, PortableError, error_for
 from ._attempts import Attempts, names_a_strategy
 from ._breaker import CircuitBreaker, breaker_for
-from ._deadline import ATTEMPT_LIMIT, DEADLINE_AT, deadline_error, tighten
+from ._deadline import (
+    ATTEMPT_LIMIT,
+    DEADLINE_AT,
+    Limits,
+    deadline_error,
+    impose_limits,
+    lift_limits,
+)
 from ._policy import ResiliencePolicy
 
 R = TypeVar("R")
+
+#: ``DEADLINE_AT.get``, bound once: CPython 3.11 looks a method of an imported name up as an
+#: attribute on every call (a bound method each time), which the success path would feel
+_deadline_in_force = DEADLINE_AT.get
 
 
 class ErrorClassifier(Protocol):
@@ -122,7 +133,7 @@ class Guard:
 
     # The first attempt of call and acall is written out in each, not shared: a helper would add a
     # Python call to every guarded operation's success path (bench/resilience_bench.py). What they
-    # share is everything after a failure, in Attempts.
+    # share is everything after a failure, in Attempts; only their loops differ, by an await.
 
     # -- sync -----------------------------------------------------------
     def call(self, op_class: str, what: str, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
@@ -134,50 +145,42 @@ class Guard:
             PortableError: the driver's error, wrapped once, after the last attempt.
         """
         if self._set_up_each_call:
-            return self._call_with_set_up(op_class, what, fn, args, kwargs)
-        at = DEADLINE_AT.get()
-        if at is not None and time.monotonic() >= at:
-            raise deadline_error(self.provider, what)
+            limits: Limits | None = impose_limits(self._policy)
+            started: float | None = self.clock()  # tenacity strategies measure from here
+        else:
+            limits = started = None
         try:
-            breaker = self._breakers[op_class]
-        except KeyError:
-            breaker = self.breaker(op_class)
-        probe = breaker.before_call() if breaker is not None else 0
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            return self._run_attempts(Attempts(self, what, breaker, probe, exc, fn, args, kwargs), fn, args, kwargs)
-        except BaseException:
-            if probe:
-                breaker.abandon(probe)  # type: ignore[union-attr]
-            raise
-        if breaker is not None:
-            breaker.record(True, probe)
-        return result
-
-    def _call_with_set_up(
-        self, op_class: str, what: str, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> R:
-        """``call`` with the policy's own deadline and per-attempt timeout in force, its start noted."""
-        policy = self._policy
-        deadline_token = tighten(time.monotonic() + policy.deadline) if policy.deadline is not None else None
-        timeout_token = ATTEMPT_LIMIT.set(policy.retry.timeout) if policy.retry.timeout is not None else None
-        try:
-            return self._run_attempts(Attempts.first(self, op_class, what, fn, args, kwargs), fn, args, kwargs)
+            at = _deadline_in_force()
+            if at is not None and time.monotonic() >= at:
+                raise deadline_error(self.provider, what)
+            try:
+                breaker = self._breakers[op_class]
+            except KeyError:
+                breaker = self.breaker(op_class)
+            probe = breaker.before_call() if breaker is not None else 0
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                attempts = Attempts(self, what, breaker, probe, exc, fn, args, kwargs, started)
+                return self._retry(attempts, fn, args, kwargs)
+            except BaseException:
+                if probe:
+                    breaker.abandon(probe)  # type: ignore[union-attr]
+                raise
+            if breaker is not None:
+                breaker.record(True, probe)
+            return result
         finally:
-            if timeout_token is not None:
-                ATTEMPT_LIMIT.reset(timeout_token)
-            if deadline_token is not None:
-                DEADLINE_AT.reset(deadline_token)
+            if limits is not None:
+                lift_limits(limits)
 
-    def _run_attempts(self, attempts: Attempts, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        """Attempt ``fn`` until it succeeds or ``attempts`` says a failure is final (then raise it)."""
+    def _retry(self, attempts: Attempts, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        """After a failed first attempt: wait and attempt again until ``fn`` succeeds or a failure is final."""
         while True:
-            if attempts.failure is not None:
-                delay = attempts.backoff_or_raise()
-                if delay > 0:
-                    self._sleep(delay)
-                attempts.admit_next()
+            delay = attempts.backoff_or_raise()
+            if delay > 0:
+                self._sleep(delay)
+            attempts.admit_next()
             with attempts:
                 return fn(*args, **kwargs)
 
@@ -192,56 +195,50 @@ class Guard:
         attempt counts as a retryable DeadlineExceeded. Cancelling the task
         cancels the attempt and gives a half-open probe's slot back.
         """
-        if self._set_up_each_call or DEADLINE_AT.get() is not None:
-            return await self._acall_with_set_up(op_class, what, fn, args, kwargs)
+        if self._set_up_each_call:
+            limits: Limits | None = impose_limits(self._policy, per_attempt=False)
+            started: float | None = self.clock()  # tenacity strategies measure from here
+        else:
+            limits = started = None
         try:
-            breaker = self._breakers[op_class]
-        except KeyError:
-            breaker = self.breaker(op_class)
-        probe = breaker.before_call() if breaker is not None else 0
-        try:
-            result = await fn(*args, **kwargs)
-        except Exception as exc:
-            attempts = Attempts(self, what, breaker, probe, exc, fn, args, kwargs)
-            return await self._arun_attempts(attempts, fn, args, kwargs)
-        except BaseException:
-            if probe:
-                breaker.abandon(probe)  # type: ignore[union-attr]
-            raise
-        if breaker is not None:
-            breaker.record(True, probe)
-        return result
-
-    async def _acall_with_set_up(
-        self,
-        op_class: str,
-        what: str,
-        fn: Callable[..., Awaitable[R]],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> R:
-        """``acall`` under a deadline (the policy's own or the caller's), a per-attempt timeout or strategies."""
-        policy = self._policy
-        deadline_token = tighten(time.monotonic() + policy.deadline) if policy.deadline is not None else None
-        try:
-            attempts = Attempts.first(self, op_class, what, fn, args, kwargs)
-            return await self._arun_attempts(attempts, fn, args, kwargs)
+            at = _deadline_in_force()
+            if at is not None and time.monotonic() >= at:
+                raise deadline_error(self.provider, what)
+            try:
+                breaker = self._breakers[op_class]
+            except KeyError:
+                breaker = self.breaker(op_class)
+            probe = breaker.before_call() if breaker is not None else 0
+            try:
+                if at is None and (limits is None or self._policy.retry.timeout is None):
+                    result = await fn(*args, **kwargs)
+                else:
+                    result = await _await_within(fn, args, kwargs, at, self._policy.retry.timeout)
+            except Exception as exc:
+                attempts = Attempts(self, what, breaker, probe, exc, fn, args, kwargs, started)
+                return await self._aretry(attempts, fn, args, kwargs)
+            except BaseException:
+                if probe:
+                    breaker.abandon(probe)  # type: ignore[union-attr]
+                raise
+            if breaker is not None:
+                breaker.record(True, probe)
+            return result
         finally:
-            if deadline_token is not None:
-                DEADLINE_AT.reset(deadline_token)
+            if limits is not None:
+                lift_limits(limits)
 
-    async def _arun_attempts(
+    async def _aretry(
         self, attempts: Attempts, fn: Callable[..., Awaitable[R]], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
-        """:meth:`_run_attempts` for a coroutine function, each attempt under the time it may take."""
-        at = DEADLINE_AT.get()
+        """:meth:`_retry` for a coroutine function, each attempt under the time it may take."""
+        at = _deadline_in_force()
         timeout = self._policy.retry.timeout
         while True:
-            if attempts.failure is not None:
-                delay = attempts.backoff_or_raise()
-                if delay > 0:
-                    await self._asleep(delay)
-                attempts.admit_next()
+            delay = attempts.backoff_or_raise()
+            if delay > 0:
+                await self._asleep(delay)
+            attempts.admit_next()
             with attempts:
                 if at is None and timeout is None:
                     return await fn(*args, **kwargs)
