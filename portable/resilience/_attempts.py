@@ -114,7 +114,7 @@ class Attempts:
         """Tally the failed attempt, then raise its error if it is final, else return the wait before the next.
 
         Raises:
-            PortableError: ``exc`` wrapped once, when it is not retryable, the
+            PortableError: the failure wrapped once, when it is not retryable, the
                 attempts or the strategies are spent, or the provider asked
                 for a longer wait than ``max_retry_after``.
             DeadlineExceeded: the wait would pass the deadline in force.
