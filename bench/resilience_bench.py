@@ -5,10 +5,14 @@
 
 1. Success-path overhead per call of ``Guard.call`` (breaker + retry policy +
    deadline check) against calling the function bare; also inside a
-   ``deadline()`` block, with a profile deadline and per-attempt timeout, and
-   tenacity's ``Retrying`` for comparison. Target: <= 3 us (sync).
+   ``deadline()`` block, with a profile deadline and per-attempt timeout,
+   with tenacity strategies in the RetryPolicy, and tenacity's ``Retrying``
+   for comparison. Target: <= 3 us (sync).
 2. The same for ``Guard.acall`` against a bare ``await``; tenacity's
    ``AsyncRetrying`` for comparison. Target: <= 5 us (async).
+
+Where ``RetryPolicy`` takes no tenacity strategies (commits before it did), the
+strategies contestants are left out, so one copy of this script compares two commits.
 3. Breaker throughput under 16 threads against the same Guard without a
    breaker, and pybreaker's for comparison. Each call is I/O-like (it sleeps
    0.2 ms, releasing the GIL as a network call does). Target: >= 0.95x. A
@@ -84,10 +88,26 @@ def overhead_rows(rates: dict[str, list[float]], baseline: str) -> list[dict[str
 
 
 # ---------------------------------------------------------------- 1 + 2: success path
+def strategies_policy(tenacity: Any) -> ResiliencePolicy | None:
+    """A policy with tenacity wait, stop and retry strategies, or None where RetryPolicy takes none."""
+    try:
+        retry = RetryPolicy(
+            max_attempts=10,
+            wait=tenacity.wait_random_exponential(multiplier=0.1, max=5),
+            stop=tenacity.stop_after_delay(10),
+            retry=tenacity.retry_if_exception_type(Exception),
+        )
+    except TypeError:
+        return None
+    return ResiliencePolicy(retry=retry)
+
+
 def sync_success(calls: int, rounds: int) -> list[dict[str, Any]]:
     import tenacity
 
     guard = Guard("bench", "sync", Classifier())
+    with_strategies = strategies_policy(tenacity)
+    strategies = Guard("bench", "strategies", Classifier(), with_strategies) if with_strategies else None
     bounded = Guard("bench", "bounded", Classifier(), ResiliencePolicy(deadline=60, retry=RetryPolicy(timeout=5)))
     retrying = tenacity.Retrying(stop=tenacity.stop_after_attempt(4), wait=tenacity.wait_random_exponential(0.1, 20))
     rng = range(calls)
@@ -116,22 +136,28 @@ def sync_success(calls: int, rounds: int) -> list[dict[str, Any]]:
             call("read", "get k", work, i)
         return calls
 
+    def guarded_strategies() -> int:
+        assert strategies is not None
+        call = strategies.call
+        for i in rng:
+            call("read", "get k", work, i)
+        return calls
+
     def with_tenacity() -> int:
         for i in rng:
             retrying(work, i)
         return calls
 
-    rates = interleave(
-        {
-            "bare call": bare,
-            "Guard.call": guarded,
-            "Guard.call in deadline()": guarded_in_deadline,
-            "Guard.call, profile deadline + timeout": guarded_profile_deadline,
-            "tenacity.Retrying": with_tenacity,
-        },
-        rounds,
-    )
-    return overhead_rows(rates, "bare call")
+    contestants: dict[str, Callable[[], int]] = {
+        "bare call": bare,
+        "Guard.call": guarded,
+        "Guard.call in deadline()": guarded_in_deadline,
+        "Guard.call, profile deadline + timeout": guarded_profile_deadline,
+    }
+    if strategies is not None:
+        contestants["Guard.call, tenacity strategies"] = guarded_strategies
+    contestants["tenacity.Retrying"] = with_tenacity
+    return overhead_rows(interleave(contestants, rounds), "bare call")
 
 
 def async_success(calls: int, rounds: int) -> list[dict[str, Any]]:
@@ -139,6 +165,8 @@ def async_success(calls: int, rounds: int) -> list[dict[str, Any]]:
 
     guard = Guard("bench", "async", Classifier())
     bounded = Guard("bench", "abounded", Classifier(), ResiliencePolicy(retry=RetryPolicy(timeout=5)))
+    with_strategies = strategies_policy(tenacity)
+    strategies = Guard("bench", "astrategies", Classifier(), with_strategies) if with_strategies else None
 
     async def awork(x: int) -> int:
         return x
@@ -162,6 +190,13 @@ def async_success(calls: int, rounds: int) -> list[dict[str, Any]]:
             await acall("read", "get k", awork, i)
         return calls
 
+    async def guarded_strategies() -> int:
+        assert strategies is not None
+        acall = strategies.acall
+        for i in rng:
+            await acall("read", "get k", awork, i)
+        return calls
+
     async def with_tenacity() -> int:
         retrying = tenacity.AsyncRetrying(stop=tenacity.stop_after_attempt(4))
         for i in rng:
@@ -174,8 +209,10 @@ def async_success(calls: int, rounds: int) -> list[dict[str, Any]]:
             "bare await": lambda: loop.run_until_complete(bare()),
             "Guard.acall": lambda: loop.run_until_complete(guarded()),
             "Guard.acall, per-attempt timeout": lambda: loop.run_until_complete(guarded_timeout()),
-            "tenacity.AsyncRetrying": lambda: loop.run_until_complete(with_tenacity()),
         }
+        if strategies is not None:
+            contestants["Guard.acall, tenacity strategies"] = lambda: loop.run_until_complete(guarded_strategies())
+        contestants["tenacity.AsyncRetrying"] = lambda: loop.run_until_complete(with_tenacity())
         rates = interleave(contestants, rounds)
     finally:
         loop.close()

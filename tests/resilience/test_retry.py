@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from portable import resilience
 from portable.errors import (
     DeadlineExceeded,
     Internal,
@@ -20,6 +19,7 @@ from portable.errors import (
     Unavailable,
 )
 from portable.resilience import RetryPolicy, attempt_timeout, current_deadline, deadline, remaining
+from portable.resilience._deadline import DEADLINE_AT
 
 from .helpers import Ceiling, Script, Sleeps, SlowDown, guard
 
@@ -128,7 +128,7 @@ def test_a_call_after_the_deadline_passed_is_not_made() -> None:
     fn = Script(value="never")
 
     def run() -> None:
-        resilience._DEADLINE.set(time.monotonic() - 1)
+        DEADLINE_AT.set(time.monotonic() - 1)
         with pytest.raises(DeadlineExceeded, match="before the call was made"):
             guard().call("read", "get k", fn)
 
