@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["SECRET_OPTION_NAMES", "is_secret_option", "redact"]
+__all__ = ["SECRET_OPTION_NAMES", "is_secret_option", "redact", "scrub_exception_chain"]
 
 MASK = "***"
 
@@ -71,3 +71,20 @@ def redact(text: str) -> str:
         lambda m: f"{m['sep']}{m['name']}={MASK}" if is_secret_option(m["name"]) else m[0], text
     )
     return _CONN_PAIR.sub(lambda m: f"{m['name']}={MASK}", text)
+
+
+def scrub_exception_chain(exc: BaseException) -> None:
+    """Redact, in place, the string arguments of ``exc`` and of every exception in its
+    cause/context chain, so that a printed traceback shows no secret.
+
+    The portable layer calls it on each native error before chaining it as ``__cause__``.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        try:
+            current.args = tuple(redact(a) if isinstance(a, str) else a for a in current.args)
+        except Exception:  # an exception type with read-only args: leave it
+            pass
+        current = current.__cause__ or current.__context__

@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from ..driver.redaction import redact
+from ..driver.redaction import redact, scrub_exception_chain
 from ..errors import DeadlineExceeded, ErrorCode, PortableError, error_for
 from ._attempts import Attempts, names_a_strategy
 from ._breaker import CircuitBreaker, breaker_for
@@ -259,6 +259,7 @@ class Guard:
         except Exception:  # a classifier bug must not hide the real error
             code, retryable, retry_after = ErrorCode.UNKNOWN, False, None
         detail = redact(str(exc)) or type(exc).__name__
+        scrub_exception_chain(exc)  # it becomes the __cause__: a printed traceback shows it
         cls = error_for(code)
         return cls(
             f"{what}: {detail}",
