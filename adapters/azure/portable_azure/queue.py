@@ -13,11 +13,22 @@ Options:
     ``auth``, ``connection_string_env``, ``account_key_env``, ``sas_token_env``:
         credentials, exactly as for ``az://`` (see :mod:`portable_azure.blob`);
         a secret is never accepted in the URL.
-    ``encoding`` (str): how bytes become Azure's text messages. ``base64``
-        (default; what Azure Functions and the SDKs' ``TextBase64EncodePolicy``
-        read) carries any bytes, at 4/3 the size; ``text`` sends the body as
-        UTF-8 text, for consumers that read plain text, and refuses a body
-        that is not UTF-8 without XML-invalid control characters.
+    ``encoding`` (str): how bytes become Azure's text messages, one setting
+        applied to every message both ways, whatever its content. ``base64``
+        (default; what Azure Functions' queue trigger and the SDKs'
+        ``TextBase64EncodePolicy`` / ``BinaryBase64EncodePolicy`` write and read)
+        carries any bytes, at 4/3 the size; ``text`` sends the body as UTF-8 text
+        and reads every message's text as its UTF-8 bytes: the setting for plain
+        text producers (azure-storage-queue's ``QueueClient`` sends text unencoded
+        unless given an encode policy; so does .NET's ``QueueClient`` by default).
+        ``text`` refuses a body that is not UTF-8 or holds XML-invalid control
+        characters. A queue read with ``base64`` decodes ``"test"`` as the
+        base64 it is (``b"\\xb5\\xeb-"``); declare ``text`` for such producers.
+    ``envelope`` (str): ``auto`` (default): attributes, a key or an idempotency
+        key travel in portable's envelope (below); ``never``: bodies are bare on
+        the wire both ways, for native consumers, and a publish with
+        attributes, a key or an idempotency key raises InvalidArgument before
+        any request; received texts are bodies as they are, never unwrapped.
     ``poison_queue`` (str): the dead-letter queue. Defaults to
         ``QUEUE-poison`` (Azure Functions' convention); ``none`` turns the
         native dead letter off (the portable layer then needs ``dead_letter=``).
@@ -35,17 +46,37 @@ Names and limits:
     starting and ending with a letter or digit (InvalidURL otherwise). Azure
     takes a message of at most 64 KiB of text: with ``base64`` that is 49,152
     bytes; ``capabilities.max_message_bytes`` keeps 1 KiB of that for the
-    envelope below (48,128 with base64, 64,512 with text), and a message whose
-    envelope still does not fit raises TooLarge before any request.
+    envelope below (48,128 with base64, 64,512 with text; all of it with
+    ``envelope=never``), and a message whose envelope still does not fit
+    raises TooLarge before any request.
 
 Envelope:
-    Azure messages have no attributes. A message with attributes or a key is
-    sent as ``portable/1\\n`` + a one-line JSON header (``{"a": attributes,
-    "k": key}``) + ``\\n`` + the body, then encoded; a plain body is sent as it
-    is, so other consumers read it unchanged (a plain body that happens to
-    start with ``portable/1\\n`` is framed, so decoding is unambiguous). A
-    message that is not valid base64 (sent as text by another producer) is
-    read as its UTF-8 bytes.
+    Azure messages have no attributes. With ``envelope=auto`` a message with
+    attributes (``portable.idempotency_key`` included) or a key, and a bare
+    body that starts with ``portable/``, is sent as (bytes, then encoded)::
+
+        portable/1 sha256=<C>\\n<H>\\n<body>
+
+    ``<H>`` is one line of compact JSON, UTF-8, ``{"a": {name: value, ...},
+    "k": key}`` (each member only when present), and ``<C>`` the first 16
+    lower-case hex digits of the SHA-256 of ``<H>\\n<body>``. Any other body is
+    sent bare, so other consumers read it unchanged. A received message is
+    unwrapped only if its first line is ``portable/1 sha256=`` + 16 hex digits
+    that match, and ``<H>`` is such a JSON object: a native text that merely
+    begins with ``portable/1`` (64 bits of checksum do not match by accident)
+    is delivered whole, as its body, with no attributes. Envelopes of portable
+    0.1's first form (``portable/1\\n{...}``, no checksum) are such texts.
+
+Messages that do not fit the encoding:
+    With ``encoding=base64``, a message whose text is not base64 (RFC 4648
+    alphabet and padding, no whitespace) is never delivered as other bytes:
+    ``receive`` moves it to the poison queue, its text as the body (the UTF-8
+    bytes ``encoding=text`` would have delivered) and
+    ``portable.dead_letter_reason`` naming ``?encoding=text``, deletes it here
+    and logs a warning (``portable.azure``). With ``poison_queue=none``
+    ``receive`` raises ConfigError naming it and ``?encoding=text``, gives back
+    the other messages it got, and the misfit stays queued. Every text fits
+    ``encoding=text``.
 
 Leases:
     The lease is the visibility timeout, in whole seconds from 1 second to 7
@@ -61,9 +92,11 @@ Dead letters:
     Azure Storage Queues have none; this driver keeps one the way Azure
     Functions does: ``dead_letter()`` sends the message (body, key,
     attributes and the ``portable.dead_letter_*`` attributes) to the poison
-    queue, creating it on first use, then deletes it here. The two steps are
-    not atomic: a crash between them leaves the message in both (at least
-    once). ``dead_letter_url`` opens the poison queue as ``azqueue://``.
+    queue, creating it on first use, then deletes it here (with
+    ``envelope=never`` only the bare body moves, and the reason is logged).
+    The two steps are not atomic: a crash between them leaves the message in
+    both (at least once). ``dead_letter_url`` opens the poison queue as
+    ``azqueue://``, with this queue's encoding and envelope.
 
 Retries:
     The azure-storage-queue client is built with ``retry_total=0`` and
@@ -93,15 +126,23 @@ import base64
 import binascii
 import contextlib
 import datetime as dt
+import hashlib
 import json
+import logging
 import math
+import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from portable.driver.messaging import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_SOURCE,
+    DELIVERY_ATTEMPTS,
+    IDEMPOTENCY_ATTRIBUTE,
+    ORIGINAL_ID,
     MessagingCapabilities,
     MessagingDriver,
     OutgoingMessage,
@@ -110,7 +151,7 @@ from portable.driver.messaging import (
     SubscriptionDriver,
     TopicDriver,
 )
-from portable.errors import InvalidArgument, InvalidURL, TooLarge
+from portable.errors import ConfigError, InvalidArgument, InvalidURL, TooLarge, Unsupported
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
@@ -130,22 +171,59 @@ __all__ = ["StorageQueueMessaging", "decode_message", "encode_message"]
 #: Azure's limit on a message's text.
 MAX_TEXT = 64 * 1024
 _ENVELOPE_RESERVE = 1024
-MAGIC = b"portable/1\n"
+#: The first line of portable's envelope: this, 16 hex digits of a SHA-256, a newline.
+MAGIC = b"portable/1 sha256="
+#: A bare body that starts with this is wrapped, so no reader mistakes it for an envelope.
+ENVELOPE_PREFIX = b"portable/"
+_CHECKSUM_HEX = 16
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _MAX_LEASE = 7 * 24 * 3600.0
 _PUBLISH_THREADS = 8
-_DEAD_LETTER_REASON = "portable.dead_letter_reason"
+
+log = logging.getLogger("portable.azure")
 
 
 # ------------------------------------------------------------------ envelope
-def encode_message(body: bytes, attributes: dict[str, str], key: str | None, encoding: str) -> str:
-    """The Azure message text for a body, its attributes and key (see the module docstring)."""
-    if attributes or key is not None or body.startswith(MAGIC):
+def _checksum(rest: bytes) -> bytes:
+    return hashlib.sha256(rest).hexdigest()[:_CHECKSUM_HEX].encode("ascii")
+
+
+def _refuse_without_envelope(attributes: dict[str, str], key: str | None) -> InvalidArgument:
+    what = []
+    if key is not None:
+        what.append("an ordering key")
+    if IDEMPOTENCY_ATTRIBUTE in attributes:
+        what.append("an idempotency key")
+    named = sorted(n for n in attributes if n != IDEMPOTENCY_ATTRIBUTE)
+    if named:
+        what.append("attributes (" + ", ".join(named[:5]) + (", ..." if len(named) > 5 else "") + ")")
+    return InvalidArgument(
+        f"envelope=never sends bodies bare, so {' and '.join(what)} cannot travel on an Azure Storage queue: "
+        "remove them, or drop envelope=never to carry them in portable's envelope (portable/1 ...)"
+    )
+
+
+def encode_message(
+    body: bytes, attributes: dict[str, str], key: str | None, encoding: str, envelope: str = "auto"
+) -> str:
+    """The Azure message text for a body, its attributes and key (see the module docstring).
+
+    Raises:
+        InvalidArgument: ``envelope="never"`` with attributes or a key; ``encoding="text"``
+            with a body that is not UTF-8 text XML can carry.
+    """
+    if envelope == "never":
+        if attributes or key is not None:
+            raise _refuse_without_envelope(attributes, key)
+        raw = body
+    elif attributes or key is not None or body.startswith(ENVELOPE_PREFIX):
         header: dict[str, Any] = {}
         if attributes:
             header["a"] = attributes
         if key is not None:
             header["k"] = key
-        raw = MAGIC + json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" + body
+        rest = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n" + body
+        raw = MAGIC + _checksum(rest) + b"\n" + rest
     else:
         raw = body
     if encoding == "base64":
@@ -154,30 +232,63 @@ def encode_message(body: bytes, attributes: dict[str, str], key: str | None, enc
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidArgument("encoding=text carries UTF-8 text only; this body is binary: use encoding=base64") from None
-    if any(ch < " " and ch not in "\t\n\r" for ch in text):
+    if _XML_INVALID.search(text):
         raise InvalidArgument("encoding=text cannot carry control characters (XML forbids them): use encoding=base64")
     return text
 
 
-def decode_message(text: str, encoding: str) -> tuple[bytes, dict[str, str], str | None]:
-    """Invert :func:`encode_message`: ``(body, attributes, key)``."""
+def _unwrap(raw: bytes) -> tuple[bytes, dict[str, str], str | None] | None:
+    """``(body, attributes, key)`` if ``raw`` is an envelope portable wrote, else None."""
+    if not raw.startswith(MAGIC):
+        return None
+    line_end = len(MAGIC) + _CHECKSUM_HEX
+    if raw[line_end : line_end + 1] != b"\n":
+        return None
+    rest = raw[line_end + 1 :]
+    if raw[len(MAGIC) : line_end] != _checksum(rest):
+        return None  # not portable's own: a native text that only looks like it
+    header_end = rest.find(b"\n")
+    try:
+        header = json.loads(rest[:header_end]) if header_end >= 0 else None
+    except ValueError:
+        return None
+    if not isinstance(header, dict) or not set(header) <= {"a", "k"}:
+        return None
+    attributes = header.get("a", {})
+    key = header.get("k")
+    if not isinstance(attributes, dict) or not all(type(v) is str for v in attributes.values()):
+        return None
+    if key is not None and type(key) is not str:
+        return None
+    return rest[header_end + 1 :], attributes, key
+
+
+def decode_message(text: str, encoding: str, envelope: str = "auto") -> tuple[bytes, dict[str, str], str | None]:
+    """Invert :func:`encode_message`: ``(body, attributes, key)``.
+
+    The queue's ``encoding`` is applied to every message, whatever its content;
+    an envelope is read only if its checksum holds (and never with
+    ``envelope="never"``); anything else is the body, as it is.
+
+    Raises:
+        ConfigError: ``encoding="base64"`` and ``text`` is not base64 (a producer
+            that sends plain text: read such a queue with ``encoding=text``).
+    """
     if encoding == "base64":
         try:
             raw = base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError):
-            raw = text.encode("utf-8")  # another producer sent plain text
+            raise ConfigError(
+                "the message is not base64, and this queue is read with encoding=base64; if its producers "
+                "send plain text (azure-storage-queue's QueueClient does unless given TextBase64EncodePolicy), "
+                "open the queue with ?encoding=text"
+            ) from None
     else:
         raw = text.encode("utf-8")
-    if not raw.startswith(MAGIC):
+    if envelope == "never":
         return raw, {}, None
-    end = raw.find(b"\n", len(MAGIC))
-    try:
-        header = json.loads(raw[len(MAGIC) : end])
-    except ValueError:
-        return raw, {}, None
-    attributes = header.get("a") or {}
-    key = header.get("k")
-    return raw[end + 1 :], {str(k): str(v) for k, v in attributes.items()}, key if isinstance(key, str) else None
+    unwrapped = _unwrap(raw)
+    return unwrapped if unwrapped is not None else (raw, {}, None)
 
 
 def _text_size(text: str, encoding: str) -> int:
@@ -191,8 +302,18 @@ class _QueuePublishing:
     so a batch is sent a few messages at once from a small thread pool, one key's in order.
     """
 
+    # what StorageQueueMessaging sets (declared here for the type checker only)
+    scheme: str
+    encoding: str
+    envelope: str
+    _client: Any
+    _ttl: int | None
+    _pool: ThreadPoolExecutor | None
+    _pool_lock: threading.Lock
+    _kw: Callable[[], dict[str, Any]]
+
     def _text(self, message: OutgoingMessage) -> str:
-        text = encode_message(message.body, dict(message.attributes), message.key, self.encoding)
+        text = encode_message(message.body, dict(message.attributes), message.key, self.encoding, self.envelope)
         if _text_size(text, self.encoding) > MAX_TEXT:
             raise TooLarge(
                 f"the message is {_text_size(text, self.encoding)} characters as Azure text (envelope and "
@@ -253,6 +374,7 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
         *,
         auth: AzureAuth,
         encoding: str = "base64",
+        envelope: str = "auto",
         poison_queue: str | None = "",
         time_to_live: int | None = None,
         max_poll_interval: float = 1.0,
@@ -263,6 +385,9 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
         """Open ``queue`` with the credentials of ``auth``; no request is sent.
 
         Args:
+            encoding: ``base64`` or ``text``, applied to every message both ways.
+            envelope: ``auto`` (attributes and keys travel in portable's envelope)
+                or ``never`` (bodies bare both ways; attributes and keys refused).
             poison_queue: the dead-letter queue's name; ``""`` for ``QUEUE-poison``,
                 None for no native dead letter.
             url_query: the URL's options (never secrets), reused in
@@ -273,6 +398,11 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
         check_container_or_queue_name(queue, "queue")
         if encoding not in ("base64", "text"):
             raise InvalidURL(f"encoding={encoding!r}: use base64 (any bytes) or text (UTF-8 text)")
+        if envelope not in ("auto", "never"):
+            raise InvalidURL(
+                f"envelope={envelope!r}: use auto (attributes and keys travel in portable's envelope) or "
+                "never (bare bodies for native consumers; attributes and keys refused)"
+            )
         if poison_queue == "":
             poison_queue = f"{queue}-poison"
             if len(poison_queue) > 63:
@@ -282,6 +412,7 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
         self.queue = queue
         self.poison_queue = poison_queue
         self.encoding = encoding
+        self.envelope = envelope
         self.auth = auth
         self.endpoint = f"{auth.endpoint}/{queue}"
         self._ttl = time_to_live
@@ -289,7 +420,9 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
         self._timeout = timeout
         self._connection_timeout = connection_timeout
         self._query = url_query
-        limit = (MAX_TEXT * 3 // 4 if encoding == "base64" else MAX_TEXT) - _ENVELOPE_RESERVE
+        limit = (MAX_TEXT * 3 // 4 if encoding == "base64" else MAX_TEXT) - (
+            _ENVELOPE_RESERVE if envelope == "auto" else 0
+        )
         self.capabilities = MessagingCapabilities(
             ordering=False,
             native_dead_letter=poison_queue is not None,
@@ -339,6 +472,7 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
         if endpoint is None:
             check_account_name(account)
         encoding = (url.take_str("encoding", "base64") or "base64").lower()
+        envelope = (url.take_str("envelope", "auto") or "auto").lower()
         poison = url.take_str("poison_queue", "")
         time_to_live = url.take("time_to_live", int, 0)
         max_poll = url.take("max_poll_interval", float, 1.0)
@@ -358,6 +492,7 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
             queue,
             auth=auth,
             encoding=encoding,
+            envelope=envelope,
             poison_queue=None if (poison or "").lower() == "none" else poison,
             time_to_live=time_to_live or None,
             max_poll_interval=max_poll,
@@ -416,11 +551,16 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
 
     def _receive_once(self, max_messages: int, visibility: int) -> list[ReceivedMessage]:
         out: list[ReceivedMessage] = []
+        misfits: list[tuple[Any, ConfigError]] = []
         pages = self._client.receive_messages(
             messages_per_page=max_messages, max_messages=max_messages, visibility_timeout=visibility, **self._kw()
         )
         for item in pages:
-            body, attributes, key = decode_message(item.content or "", self.encoding)
+            try:
+                body, attributes, key = decode_message(item.content or "", self.encoding, self.envelope)
+            except ConfigError as exc:
+                misfits.append((item, exc))
+                continue
             out.append(
                 ReceivedMessage(
                     id=item.id,
@@ -432,7 +572,56 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
                     handle=(item.id, item.pop_receipt),
                 )
             )
+        if misfits:
+            self._set_aside(misfits, out)
         return out
+
+    def _set_aside(self, misfits: list[tuple[Any, ConfigError]], good: list[ReceivedMessage]) -> None:
+        """Take messages that do not fit the queue's encoding out of the stream; never deliver them as other bytes.
+
+        With a poison queue each goes there (its text as the body, the reason naming
+        ``encoding=text``) and is deleted here. Without one, the good messages of
+        this receive are given back and ConfigError is raised; the misfits stay
+        leased, so they come back after the lease and raise again.
+        """
+        where = f"azqueue://{self.auth.account}/{self.queue}"
+        if self._poison_client is None:
+            for message in good:
+                with contextlib.suppress(Exception):
+                    self.nack(message.handle, 0)
+            item, exc = misfits[0]
+            raise ConfigError(
+                f"message {item.id} in {where} does not fit the queue's encoding={self.encoding} and there is no "
+                f"poison queue to move it to (poison_queue=none): {exc}. It stays in the queue",
+                provider=self.scheme,
+            )
+        for item, exc in misfits:
+            reason = f"{exc}. Its text is kept here as the body"
+            message = ReceivedMessage(
+                id=item.id,
+                body=(item.content or "").encode("utf-8"),
+                attributes={},
+                key=None,
+                publish_time=item.inserted_on or dt.datetime.now(dt.UTC),
+                delivery_attempt=max(1, int(item.dequeue_count or 1)),
+                handle=(item.id, item.pop_receipt),
+            )
+            try:
+                if self.envelope == "never":
+                    self._move_to_poison(item.content or "", message.handle)  # as it came: there is no envelope
+                else:
+                    self.dead_letter(message, reason)
+            except Exception as move_error:
+                log.warning(
+                    "message %s in %s does not fit encoding=%s and could not be moved to the poison queue "
+                    "(it comes back after its lease): %s",
+                    item.id, where, self.encoding, move_error,
+                )  # fmt: skip
+                continue
+            log.warning(
+                "message %s in %s does not fit encoding=%s; moved to poison queue %s: %s",
+                item.id, where, self.encoding, self.poison_queue, exc,
+            )  # fmt: skip
 
     def ack(self, handle: Any) -> None:
         message_id, pop_receipt = handle
@@ -451,34 +640,42 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
 
     # -- dead letters ----------------------------------------------------------
     def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
-        from azure.core.exceptions import ResourceNotFoundError
-
         if self._poison_client is None:
-            from portable.errors import Unsupported
-
             raise Unsupported(f"{self.endpoint} has no poison queue (poison_queue=none)", provider=self.scheme)
+        if self.envelope == "never":
+            # Bare bodies: the reason cannot travel with the message, so it is logged.
+            log.warning("message %s dead-lettered to %s: %s", message.id, self.poison_queue, reason)
+            self._move_to_poison(encode_message(message.body, {}, None, self.encoding, "never"), message.handle)
+            return
         attributes = dict(message.attributes)
         attributes.update(
             {
-                "portable.dead_letter_source": f"azqueue://{self.auth.account}/{self.queue}",
-                "portable.delivery_attempts": str(message.delivery_attempt),
-                "portable.original_id": message.id,
+                DEAD_LETTER_SOURCE: f"azqueue://{self.auth.account}/{self.queue}",
+                DELIVERY_ATTEMPTS: str(message.delivery_attempt),
+                ORIGINAL_ID: message.id,
             }
         )
         text = ""
         for cut in (len(reason), 200, 0):  # shorten the reason until the envelope fits
-            attributes[_DEAD_LETTER_REASON] = reason[:cut] or "dead-lettered"
+            attributes[DEAD_LETTER_REASON] = reason[:cut] or "dead-lettered"
             text = encode_message(message.body, attributes, message.key, self.encoding)
             if _text_size(text, self.encoding) <= MAX_TEXT:
                 break
+        self._move_to_poison(text, message.handle)
+
+    def _move_to_poison(self, text: str, handle: Any) -> None:
+        """Send ``text`` to the poison queue (created on first use, as Azure Functions does), then ack ``handle``."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        assert self._poison_client is not None
         try:
             self._send(self._poison_client, text)
         except ResourceNotFoundError as exc:
             if error_code(exc) != "QueueNotFound":
                 raise
-            self._poison_client.create_queue(**self._kw())  # created on first use, as Azure Functions does
+            self._poison_client.create_queue(**self._kw())
             self._send(self._poison_client, text)
-        self.ack(message.handle)
+        self.ack(handle)
 
     def dead_letter_url(self) -> str | None:
         if self.poison_queue is None:

@@ -62,6 +62,20 @@ Subscription settings (read with GetSubscription, which needs
     dead-letter topic: a dead-letter topic without a subscription drops what
     reaches it.
 
+Wire form (what a native client sees, and reads back):
+    ``body`` is the message's ``data``, byte for byte; ``attributes`` are its
+    attributes as given; ``key`` is its ``ordering_key``. portable adds only
+    reserved attributes: ``portable.idempotency_key`` (with ``idempotency_key=``)
+    and, on a dead-lettered copy, ``portable.dead_letter_reason``,
+    ``portable.dead_letter_source``, ``portable.delivery_attempts`` and
+    ``portable.original_id``. No envelope. Received attributes pass through
+    untouched whatever their names (``ce-*`` of the CloudEvents Pub/Sub binding,
+    ``googclient_*`` set by Google); ``Message.headers`` holds them as
+    ``(name, UTF-8 bytes)`` pairs sorted by name (Pub/Sub keeps attributes as a
+    map: there is no wire order to keep), and ``Message.key_bytes`` is the
+    ordering key's UTF-8 (Pub/Sub keys are strings). portable's own publish
+    refuses attribute names starting with ``goog`` (Pub/Sub reserves them).
+
 Retries:
     Every RPC passes ``retry=None`` and an explicit timeout, so google.api_core's
     Retry never runs and :mod:`portable.resilience` owns the retry budget.
@@ -80,7 +94,9 @@ Known differences:
       ``portable.idempotency_key`` and ``Subscription.run(idempotency=...)``
       deduplicates.
     * ``delivery_attempt`` is exact only with a dead-letter policy; without one
-      Pub/Sub does not count and every delivery reports 1.
+      Pub/Sub does not count and every delivery reports 1, so the subscription
+      declares ``delivery_count=False`` and ``Subscription.run(max_deliveries=)``
+      cannot count on it: give the subscription a dead-letter policy.
     * Ordering applies to messages with a key. On an ordered exactly-once
       subscription an ack of a later message of a key before an earlier one
       fails transiently (``TRANSIENT_FAILURE_UNORDERED_ACK_ID``, retried as
@@ -97,7 +113,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -184,6 +200,18 @@ class _PubSubReceiving:
     Mixed into :class:`PubSubMessaging`, which holds the clients and the subscription's path.
     """
 
+    # what PubSubMessaging sets (declared here for the type checker only)
+    project: str
+    subscription_name: str | None
+    _subscriber: SubscriberClient
+    _sub_path: str | None
+    _ack_deadline: int | None
+    _dead_letter_topic: str | None
+    _dead_letter_url: str | None
+    _rpc_timeout: Callable[[], float]
+    _url: Callable[..., str]
+    _publish_raw: Callable[[str, list[Any]], list[str]]
+
     def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
         assert self._sub_path is not None
         until = time.monotonic() + wait
@@ -228,14 +256,17 @@ class _PubSubReceiving:
     @staticmethod
     def _delivery(r: Any) -> ReceivedMessage:
         m = r.message
+        attributes = dict(m.attributes)
         return ReceivedMessage(
             id=m.message_id,
             body=m.data,
-            attributes=dict(m.attributes),
+            attributes=attributes,
             key=m.ordering_key or None,
             publish_time=m.publish_time.ToDatetime(tzinfo=dt.UTC),
             delivery_attempt=max(1, r.delivery_attempt),
             handle=r.ack_id,
+            # Pub/Sub attributes are a map with no wire order: sorted by name
+            headers=tuple((name, attributes[name].encode("utf-8")) for name in sorted(attributes)),
         )
 
     def _modify(self, ack_ids: list[str], seconds: int) -> None:

@@ -10,6 +10,7 @@ from azure_support import queue_service
 from portable_azure.queue import MAGIC, StorageQueueMessaging, decode_message, encode_message
 
 from portable.config import Profile
+from portable.driver.messaging import OutgoingMessage
 from portable.errors import (
     ConfigError,
     InvalidArgument,
@@ -123,7 +124,13 @@ def test_repr_and_errors_hold_no_key(azure: dict[str, str], url: str) -> None:
 @pytest.mark.parametrize("encoding", ["base64", "text"])
 @pytest.mark.parametrize(
     ("body", "attributes", "key"),
-    [(b"plain", {}, None), (b"with attrs", {"a": "1", "\u00e9": "\u00e9t\u00e9"}, "k-1"), (MAGIC + b"looks framed", {}, None)],
+    [
+        (b"plain", {}, None),
+        (b"with attrs", {"a": "1", "\u00e9": "\u00e9t\u00e9"}, "k-1"),
+        (MAGIC + b"looks framed", {}, None),
+        (b'portable/1\n{"a":{"x":"1"}}\nold form', {}, None),
+        (b"", {}, None),
+    ],
 )
 def test_envelope_round_trips(encoding: str, body: bytes, attributes: dict[str, str], key: str | None) -> None:
     text = encode_message(body, attributes, key, encoding)
@@ -139,14 +146,127 @@ def test_a_plain_body_is_plain_base64_that_other_consumers_read(topic: Topic, az
     assert message.content == b"\x00\x01binary"  # what Azure Functions' base64 binding reads
 
 
-def test_messages_from_other_producers_are_read(sub: Subscription, azure: dict[str, str], fresh_queue: str) -> None:
+def test_messages_from_other_producers_are_read_by_the_declared_encoding(sub: Subscription, azure: dict[str, str], fresh_queue: str) -> None:
     from azure.storage.queue import BinaryBase64EncodePolicy
 
     queue_service(azure).get_queue_client(fresh_queue, message_encode_policy=BinaryBase64EncodePolicy()).send_message(b"b64 bytes")
-    queue_service(azure).get_queue_client(fresh_queue).send_message("plain text, not base64!")
-    got = poll(sub, 2, 10)
-    assert sorted(m.body for m in got) == [b"b64 bytes", b"plain text, not base64!"]
+    got = poll(sub, 1, 10)
+    assert [m.body for m in got] == [b"b64 bytes"]
     sub.ack_many(got)
+
+
+# issue 15.1: whether a body survives never depends on its content
+NATIVE_TEXTS = ["test", "order123", "deadbeefcafe0123", "hello world", "plain text, not base64!"]
+
+
+def test_with_base64_every_message_is_base64_decoded_and_a_misfit_goes_to_the_poison_queue(
+    sub: Subscription, azure: dict[str, str], fresh_queue: str
+) -> None:
+    raw = queue_service(azure).get_queue_client(fresh_queue)  # no encode policy: the SDK's default
+    for text in NATIVE_TEXTS:
+        raw.send_message(text)
+    got = poll(sub, 3, 10)
+    # the three that are base64 are decoded as base64, like every other message: the declared setting
+    assert sorted(m.body for m in got) == sorted(base64.b64decode(t) for t in ("test", "order123", "deadbeefcafe0123"))
+    assert b"\xb5\xeb-" in [m.body for m in got]
+    sub.ack_many(got)
+    assert sub.receive(5, wait=0.5) == []  # the other two are not delivered as other bytes...
+    assert sub.dead_letter_url is not None
+    with open_subscription(sub.dead_letter_url, profile=profile(sub.dead_letter_url)) as dlq:
+        dead = poll(dlq, 2, 10)
+        assert sorted(m.body for m in dead) == [b"hello world", b"plain text, not base64!"]  # ...but kept whole
+        for m in dead:
+            assert "?encoding=text" in m.attributes[DEAD_LETTER_REASON]
+            assert m.attributes["portable.dead_letter_source"].endswith(f"/{fresh_queue}")
+        dlq.ack_many(dead)
+
+
+def test_with_text_every_native_text_arrives_as_its_utf8_bytes(azure: dict[str, str], fresh_queue: str, queue_query: str) -> None:
+    url = f"azqueue://{azure['account']}/{fresh_queue}?{queue_query}&encoding=text"
+    raw = queue_service(azure).get_queue_client(fresh_queue)
+    for text in [*NATIVE_TEXTS, "h\u00e9llo \u2603", ""]:
+        raw.send_message(text)
+    with open_subscription(url, profile=profile(url)) as s:
+        got = poll(s, len(NATIVE_TEXTS) + 2, 10)
+        assert sorted(m.body for m in got) == sorted(t.encode() for t in [*NATIVE_TEXTS, "h\u00e9llo \u2603", ""])
+        s.ack_many(got)
+
+
+def test_without_a_poison_queue_a_misfit_raises_config_error_and_stays_queued(
+    azure: dict[str, str], fresh_queue: str, queue_query: str
+) -> None:
+    url = f"azqueue://{azure['account']}/{fresh_queue}?{queue_query}&poison_queue=none"
+    queue_service(azure).get_queue_client(fresh_queue).send_message("hello world")
+    with open_subscription(url, profile=profile(url), lease=30) as s, pytest.raises(ConfigError, match=r"\?encoding=text"):
+        poll(s, 1, 10)
+    props = queue_service(azure).get_queue_client(fresh_queue).get_queue_properties()
+    assert props.approximate_message_count == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'portable/1\n{"a":{"role":"admin"},"k":"k1"}\nbody',  # portable 0.1's unchecked form
+        'portable/1 sha256=0000000000000000\n{"a":{"role":"admin"}}\nbody',  # a checksum that does not match
+        "portable/1 sha256=\n{}\nbody",
+        "portable/2 sha256=0000000000000000\n{}\nbody",
+    ],
+)
+def test_a_native_text_that_looks_like_an_envelope_is_delivered_whole(
+    text: str, azure: dict[str, str], fresh_queue: str, queue_query: str
+) -> None:
+    url = f"azqueue://{azure['account']}/{fresh_queue}?{queue_query}&encoding=text"
+    queue_service(azure).get_queue_client(fresh_queue).send_message(text)
+    with open_subscription(url, profile=profile(url)) as s:
+        [m] = poll(s, 1, 10)
+        assert (m.body, dict(m.attributes), m.key) == (text.encode(), {}, None)
+        m.ack()
+
+
+def test_only_an_envelope_whose_checksum_holds_is_unwrapped() -> None:
+    genuine = encode_message(b"body", {"role": "admin"}, "k1", "text")
+    assert decode_message(genuine, "text") == (b"body", {"role": "admin"}, "k1")
+    first, _, rest = genuine.partition("\n")
+    assert first.startswith("portable/1 sha256=") and len(first) == len("portable/1 sha256=") + 16
+    tampered = first + "\n" + rest.replace("admin", "owner")
+    assert decode_message(tampered, "text") == (tampered.encode(), {}, None)
+    assert decode_message(genuine, "text", "never") == (genuine.encode(), {}, None)
+
+
+def test_envelope_never_keeps_bodies_bare_and_refuses_what_cannot_travel(
+    stub_server: Any, stub_key: str, azure: dict[str, str], fresh_queue: str, queue_query: str
+) -> None:
+    server = stub_server(500, "InternalError")
+    stub = f"azqueue://devstoreaccount1/queue1?{stub_key}&queue_endpoint={server.endpoint()}&envelope=never"
+    with open_topic(stub, profile=profile(stub)) as t:
+        for kwargs, named in [
+            ({"attributes": {"a": "1"}}, r"attributes \(a\)"),
+            ({"key": "k"}, "ordering key"),
+            ({"idempotency_key": "i-1"}, "idempotency key"),
+        ]:
+            with pytest.raises(InvalidArgument, match=named) as info:
+                t.publish(b"x", **kwargs)
+            assert "envelope=never" in str(info.value)
+        with pytest.raises(InvalidArgument, match="envelope=never"):
+            t.publish_batch([b"fine", OutgoingMessage(b"x", key="k")])
+        assert t.capabilities.max_message_bytes == 49152
+    assert server.requests == 0
+    url = f"azqueue://{azure['account']}/{fresh_queue}?{queue_query}&envelope=never"
+    with open_topic(url, profile=profile(url)) as t, open_subscription(url, profile=profile(url)) as s:
+        t.publish(b"portable/1 looks like an envelope")
+        [raw] = queue_service(azure).get_queue_client(fresh_queue).peek_messages()
+        assert base64.b64decode(raw.content) == b"portable/1 looks like an envelope"
+        [m] = poll(s, 1, 10)
+        assert m.body == b"portable/1 looks like an envelope"
+        m.dead_letter("bare bodies only")
+        assert s.dead_letter_url is not None and "envelope=never" in s.dead_letter_url
+    [dead] = queue_service(azure).get_queue_client(f"{fresh_queue}-poison").peek_messages()
+    assert base64.b64decode(dead.content) == b"portable/1 looks like an envelope"
+
+
+def test_a_bad_envelope_setting_is_refused() -> None:
+    with pytest.raises(InvalidURL, match="envelope"):
+        open_topic("azqueue://acct/queue1?auth=identity&envelope=sometimes")
 
 
 def test_text_encoding_sends_readable_text_and_refuses_binary(azure: dict[str, str], fresh_queue: str, queue_query: str) -> None:
