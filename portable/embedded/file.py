@@ -93,6 +93,7 @@ from ..driver.storage import (
 )
 from ..errors import (
     AlreadyExists,
+    Cancelled,
     ErrorCode,
     InvalidKey,
     NotFound,
@@ -426,6 +427,12 @@ class FileStorage(StorageDriver):
                     os.unlink(sidecar_name, dir_fd=dir_fd)
             try:
                 os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except FileNotFoundError:
+                raise Cancelled(
+                    f"the write of {key!r} was cancelled: its temporary file {temp} was removed before "
+                    "commit (by abort_incomplete, or by hand); nothing was written",
+                    provider=self.scheme,
+                ) from None
             except IsADirectoryError:
                 raise self._file_folder_clash(key) from None
             except OSError as exc:
