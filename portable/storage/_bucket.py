@@ -212,7 +212,8 @@ class Bucket(BatchOperations, StreamOperations):
     def copy(self, src: str, dst: str) -> str | None:
         """Copy ``src`` to ``dst`` (server-side where the provider can); return dst's etag.
 
-        The copy keeps the source's content type, metadata and headers.
+        The copy keeps the source's content type, metadata and headers, where the
+        provider keeps them.
 
         Raises:
             NotFound: ``src`` does not exist.

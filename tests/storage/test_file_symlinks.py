@@ -87,6 +87,15 @@ def test_delete_through_a_link_is_refused_and_removes_nothing(layout, key):
     assert (root / key.split("/")[0]).is_symlink()  # the link itself stays too
 
 
+def test_batches_through_a_link_are_refused(layout):
+    bucket, _root, outside = layout
+    with pytest.raises(PermissionDenied):
+        bucket.put_many({"ok": b"1", "link/planted": b"evil"})
+    with pytest.raises(PermissionDenied):
+        bucket.get_many(["link/secret.txt"])
+    assert os.listdir(outside) == ["secret.txt"]
+
+
 def test_delete_many_through_a_link_is_refused(layout):
     bucket, _root, outside = layout
     with pytest.raises(PermissionDenied):
