@@ -9,6 +9,7 @@ needs ``--bucket``), or a bare KEY on the active profile's bucket.
     portable put KEY [FILE|-] [--bucket URL] [--if-none-match]
     portable rm KEY... [--bucket URL]
     portable cp SRC DST            # each a KEY on --bucket, or BUCKET-URL::KEY
+    portable abort-incomplete [URL] --older-than AGE [--prefix P] [--dry-run]
     portable config show [--profile P]
     portable doctor [--profile P]
     portable queue publish|receive|stats|dlq [--queue URL]
@@ -16,7 +17,8 @@ needs ``--bucket``), or a bare KEY on the active profile's bucket.
     portable contract [[DOMAIN=]URL ...] [--json PATH] [--junit-xml PATH]
     portable demo
 
-Exit codes: 0 success, 1 a portable error (message on stderr), 2 bad usage.
+Exit codes: 0 success, 1 a portable error (message on stderr), 2 bad usage
+(``abort-incomplete``: 0 also when there was nothing to remove).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = ["COMMAND_MODULES", "main"]
 
 #: Modules that add subcommands through ``register(subparsers)``.
 COMMAND_MODULES = (
+    "portable._commands.abort_incomplete",
     "portable._commands.queue",
     "portable._commands.jobs",
     "portable._commands.contract",

@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,57 @@ def test_python_dash_m_portable_works_from_the_repo_without_install(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"total amount 545 (expected 545" in proc.stdout
+
+
+def _old_leftover(folder, name=".portable-tmp-abcd1234-x.json"):
+    folder.mkdir(parents=True, exist_ok=True)
+    left = folder / name
+    left.write_bytes(b"half")
+    then = time.time() - 7200
+    os.utime(left, (then, then))
+    return left
+
+
+def test_abort_incomplete_dry_run_lists_and_keeps_then_removes(work):
+    bucket = f"file://{work / 'b'}"
+    left = _old_leftover(work / "b" / "d")
+    young = _old_leftover(work / "b" / "e", ".portable-tmp-0000ffff-y")
+    os.utime(young, None)
+    run("put", "--bucket", bucket, "d/kept", "-", cwd=work, stdin=b"committed")
+    proc = run("abort-incomplete", bucket, "--older-than", "1h", "--dry-run", cwd=work)
+    assert proc.stdout.decode().splitlines() == [f"d/x.json#{left.name}"]
+    assert b"would remove 1 leftover(s)" in proc.stderr
+    assert left.exists()
+    proc = run("abort-incomplete", bucket, "--older-than", "30m", "--prefix", "d/", cwd=work)
+    assert proc.stdout.decode().splitlines() == [f"d/x.json#{left.name}"]
+    assert not left.exists() and young.exists()
+    assert run("cat", "--bucket", bucket, "d/kept", cwd=work).stdout == b"committed"
+    proc = run("abort-incomplete", bucket, "--older-than", "3600", cwd=work)
+    assert proc.stdout == b"" and b"removed 0 leftover(s)" in proc.stderr
+
+
+def test_abort_incomplete_uses_the_profiles_bucket(work):
+    (work / "portable.toml").write_text(f'[profiles.default]\nstorage = "file://{work / "objs"}"\n')
+    left = _old_leftover(work / "objs")
+    proc = run("abort-incomplete", "--older-than", "1h", cwd=work)
+    assert proc.stdout.decode().splitlines() == [f"x.json#{left.name}"]
+
+
+@pytest.mark.parametrize("age", ["1x", "-5", "h1", "inf", ""])
+def test_abort_incomplete_bad_age_exits_2(work, age):
+    proc = run("abort-incomplete", f"file://{work}", "--older-than", age, cwd=work, check=False)
+    assert proc.returncode == 2
+    assert b"--older-than" in proc.stderr
+
+
+def test_abort_incomplete_needs_an_age(work):
+    proc = run("abort-incomplete", f"file://{work}", cwd=work, check=False)
+    assert proc.returncode == 2
+
+
+def test_an_empty_bucket_url_exits_1_saying_pass_none(work):
+    proc = run("abort-incomplete", "", "--older-than", "1h", cwd=work, check=False)
+    assert proc.returncode == 1
+    assert b"InvalidURL" in proc.stderr and b"pass None" in proc.stderr
+    proc = run("ls", "--bucket", "", cwd=work, check=False)
+    assert proc.returncode == 1 and b"InvalidURL" in proc.stderr

@@ -6,7 +6,9 @@ override the batch methods to use its library's native concurrency.
 
 Inputs a driver can rely on (the Bucket checks them first):
 
-* keys are non-empty ``str``, valid UTF-8, free of control characters, with
+* keys are non-empty ``str``, valid UTF-8, free of control characters (C0,
+  DEL and C1, U+0085 among them) and of the Unicode line and paragraph
+  separators (U+2028, U+2029), with
   no leading or trailing ``/``, no empty, ``.`` or ``..`` segment, and no
   longer than ``capabilities.max_key_bytes`` bytes;
 * ``data`` is ``bytes``;
@@ -35,6 +37,7 @@ from . import Capabilities, Classifier
 
 __all__ = [
     "BAD_KEY_CHARS",
+    "bad_char_named",
     "check_key",
     "dot_segment",
     "ListPage",
@@ -47,8 +50,17 @@ __all__ = [
 ]
 
 
-#: Characters no portable key or prefix may hold.
-BAD_KEY_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+#: Characters no portable key or prefix may hold: the C0 controls, DEL, the C1 controls
+#: (U+0080-U+009F, NEL U+0085 among them) and the Unicode line and paragraph separators
+#: (U+2028, U+2029). Each ends a line somewhere (``str.splitlines``, logs, HTTP headers,
+#: XML listings), so a key holding one would be read back as another.
+BAD_KEY_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def bad_char_named(text: str) -> str | None:
+    """The first character of ``text`` that :data:`BAD_KEY_CHARS` refuses, as ``U+XXXX``, or None."""
+    found = BAD_KEY_CHARS.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X}"
 
 
 def dot_segment(key: str) -> bool:
@@ -78,8 +90,12 @@ def check_key(key: object, max_bytes: int = 1024) -> str:
             key.encode("utf-8")
         except UnicodeEncodeError:
             raise InvalidKey(f"key {key[:60]!r} is not valid UTF-8 (it holds a lone surrogate)") from None
-    if BAD_KEY_CHARS.search(key):
-        raise InvalidKey(f"key {key[:60]!r} holds a control character (NUL, newline, ...); remove it")
+    bad = bad_char_named(key)
+    if bad is not None:
+        raise InvalidKey(
+            f"key {key[:60]!r} holds the control or line-separator character {bad} "
+            "(no key may hold C0/C1 controls such as NUL, newline or U+0085, nor U+2028/U+2029); remove it"
+        )
     if key[0] == "/" or key[-1] == "/":
         raise InvalidKey(f"key {key[:60]!r} must not start or end with '/'; write 'a/b', not '/a/b/'")
     if "//" in key or ("." in key and dot_segment(key)):
@@ -179,18 +195,29 @@ class StorageCapabilities(Capabilities):
 class WriteStream(abc.ABC):
     """A streamed write. Nothing is visible under the key until :meth:`commit`.
 
-    The Bucket calls :meth:`write` any number of times, then exactly one of
-    :meth:`commit` or :meth:`abort`. A driver uploads parts as they fill
-    (multipart) and must leave no object and no orphaned parts after abort.
+    The Bucket calls :meth:`write` any number of times, then :meth:`commit`
+    or :meth:`abort`. A driver uploads parts as they fill (multipart) and
+    must leave no object and no orphaned parts after abort.
+
+    Retries: after a retryable error from :meth:`write`, the Bucket calls it
+    again with the same bytes, so a failed write must append nothing (or
+    forget what it appended). After an error from :meth:`commit`, the Bucket
+    first checks what the store holds under the key: if it holds this
+    stream's bytes, the commit took effect (its reply was lost) and the
+    Bucket never calls :meth:`commit` again; only when the bytes are not
+    there and the error is retryable does it call :meth:`commit` once more,
+    so a stream whose commit failed with a retryable error must still be
+    committable (or raise a non-retryable error saying it is spent).
     """
 
     @abc.abstractmethod
     def write(self, data: bytes) -> None:
-        """Append ``data``."""
+        """Append ``data``; on failure, append none of it."""
 
     @abc.abstractmethod
     def commit(self) -> str | None:
-        """Make the object visible, honouring the write's conditions; return its etag."""
+        """Make the object visible, honouring the write's conditions; return its etag (None where
+        the provider does not say)."""
 
     @abc.abstractmethod
     def abort(self) -> None:
@@ -321,6 +348,15 @@ class StorageDriver(Classifier, abc.ABC):
         (GCS, where the API lists them). Returns what was removed, one entry each
         (the key, or ``key#upload-id`` where one key has several). The default
         raises Unsupported: a driver that can leave leftovers overrides it.
+        """
+        raise Unsupported(f"{self.scheme}:// cannot list incomplete writes", provider=self.scheme)
+
+    def list_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """What :meth:`abort_incomplete` would remove now, in the same form, removing nothing.
+
+        Behind ``portable abort-incomplete --dry-run``. The default raises
+        Unsupported: a driver that implements :meth:`abort_incomplete`
+        overrides this too.
         """
         raise Unsupported(f"{self.scheme}:// cannot list incomplete writes", provider=self.scheme)
 

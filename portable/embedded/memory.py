@@ -10,7 +10,12 @@ Options: none.
 As: nothing.
 
 Capabilities: everything but signed URLs. Objects live in memory and vanish
-with the process.
+with the process. Content type, the ``cache_control``, ``content_encoding``
+and ``content_disposition`` headers and user metadata are kept as given and
+returned by ``head``.
+
+Leftovers: none. A streamed write holds its bytes in the writer until commit,
+so a killed writer leaves nothing; ``abort_incomplete`` returns ``[]``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class _StoredObject:
     modified: dt.datetime
     content_type: str | None
     metadata: dict[str, str]
+    cache_control: str | None = None
+    content_encoding: str | None = None
+    content_disposition: str | None = None
 
 
 class _ObjectStore:
@@ -92,7 +100,11 @@ class MemoryStorage(StorageDriver):
         obj = self._store.objects.get(key)
         if obj is None:
             raise self._not_found(key)
-        return ObjectInfo(key, len(obj.data), obj.etag, obj.modified, obj.content_type, dict(obj.metadata))
+        return ObjectInfo(
+            key, len(obj.data), obj.etag, obj.modified, obj.content_type, dict(obj.metadata),
+            cache_control=obj.cache_control, content_encoding=obj.content_encoding,
+            content_disposition=obj.content_disposition,
+        )
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> str:
         store = self._store
@@ -105,7 +117,8 @@ class MemoryStorage(StorageDriver):
                     raise PreconditionFailed(f"{key!r} does not have etag {options.if_match}", provider=self.scheme)
             etag = f'"m{next(store.counter)}"'
             store.objects[key] = _StoredObject(
-                data, etag, dt.datetime.now(dt.UTC), options.content_type, dict(options.metadata)
+                data, etag, dt.datetime.now(dt.UTC), options.content_type, dict(options.metadata),
+                options.cache_control, options.content_encoding, options.content_disposition,
             )
         return etag
 
@@ -117,7 +130,11 @@ class MemoryStorage(StorageDriver):
         obj = self._store.objects.get(src)
         if obj is None:
             raise self._not_found(src)
-        return self.put(dst, obj.data, WriteOptions(obj.content_type, obj.metadata))
+        options = WriteOptions(
+            obj.content_type, obj.metadata, cache_control=obj.cache_control,
+            content_encoding=obj.content_encoding, content_disposition=obj.content_disposition,
+        )
+        return self.put(dst, obj.data, options)
 
     def open_read(self, key: str) -> IO[bytes]:
         return io.BytesIO(self.get(key))
@@ -138,6 +155,13 @@ class MemoryStorage(StorageDriver):
 
         keys = sorted(k for k in list(objects) if k.startswith(prefix))
         return page_of_sorted_keys(keys, info, prefix, delimiter, start_after, page_size, token)
+
+    def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """Nothing to remove: an uncommitted stream's bytes live only in its writer."""
+        return []
+
+    def list_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        return []
 
 
 class _MemoryWrite(WriteStream):

@@ -14,8 +14,9 @@ with the provider's error as ``__cause__``.
 
 Keys are portable: a key that one provider accepts, every provider accepts.
 A key is a non-empty string of at most ``capabilities.max_key_bytes`` UTF-8
-bytes (1,024 on every built-in provider), with no control characters, no
-leading or trailing ``/``, and no empty, ``.`` or ``..`` segment.
+bytes (1,024 on every built-in provider), with no control characters (C0,
+DEL, C1: NUL, newline, U+0085, ...) and no U+2028 or U+2029 line separators,
+no leading or trailing ``/``, and no empty, ``.`` or ``..`` segment.
 """
 
 from __future__ import annotations

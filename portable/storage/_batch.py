@@ -62,14 +62,21 @@ class BatchOperations(BucketState):
         *,
         content_type: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        cache_control: str | None = None,
+        content_encoding: str | None = None,
+        content_disposition: str | None = None,
     ) -> dict[str, str | None]:
         """Store many objects concurrently; return each key's etag.
 
+        Content type, metadata and headers apply to every object (see ``put``).
         A failed object is retried on its own; the first that still fails raises.
         """
         pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
         checked = [(check_key(k, self._max_key), checked_bytes(v)) for k, v in pairs]
-        options = checked_write_options(content_type, metadata, None, None, self._caps, self.provider)
+        options = checked_write_options(
+            content_type, metadata, None, None, self._caps, self.provider,
+            cache_control=cache_control, content_encoding=content_encoding, content_disposition=content_disposition,
+        )
         out: dict[str, str | None] = {}
         for batch in driver_batches(checked):
             for key, result in self._driver.put_many(batch, options):

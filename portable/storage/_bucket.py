@@ -8,6 +8,7 @@ Streams (``open``) and batches (``get_many`` and friends) are its two mixins,
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterator, Mapping
 from typing import Literal, TypeVar
 
@@ -28,6 +29,19 @@ from ._idempotent_put import idempotent_put
 from ._streams import StreamOperations
 
 T = TypeVar("T")
+
+
+def _age(older_than: object) -> dt.timedelta:
+    """``older_than`` of :meth:`Bucket.abort_incomplete` as a timedelta, else InvalidArgument."""
+    if isinstance(older_than, dt.timedelta):
+        delta = older_than
+    elif type(older_than) in (int, float) and math.isfinite(older_than):  # type: ignore[arg-type]
+        delta = dt.timedelta(seconds=older_than)  # type: ignore[arg-type]
+    else:
+        raise InvalidArgument(f"older_than must be seconds (a finite number) or a timedelta, got {older_than!r}")
+    if delta < dt.timedelta(0):
+        raise InvalidArgument(f"older_than must be >= 0, got {delta}")
+    return delta
 
 
 class Bucket(BatchOperations, StreamOperations):
@@ -97,7 +111,9 @@ class Bucket(BatchOperations, StreamOperations):
         return self._guard.call("read", f"get_range {key}", self._driver.get_range, key, start, end)
 
     def head(self, key: str) -> ObjectInfo:
-        """Return size, etag, modification time, content type and user metadata.
+        """Return size, etag, modification time, content type, user metadata and the
+        ``cache_control``, ``content_encoding`` and ``content_disposition`` headers
+        (None where not set, or where the provider does not keep them).
 
         Raises:
             NotFound: no object under ``key``.
@@ -123,6 +139,9 @@ class Bucket(BatchOperations, StreamOperations):
         if_none_match: Literal["*"] | None = None,
         if_match: str | None = None,
         idempotency_key: str | None = None,
+        cache_control: str | None = None,
+        content_encoding: str | None = None,
+        content_disposition: str | None = None,
     ) -> str | None:
         """Store ``data`` under ``key`` atomically; return the new etag.
 
@@ -132,6 +151,15 @@ class Bucket(BatchOperations, StreamOperations):
             content_type: stored and returned by ``head``. Defaults to none.
             metadata: user metadata; names are 1-128 of ``[A-Za-z0-9_-]`` and
                 are lower-cased (S3 and Azure do); values printable ASCII.
+                A name that looks like a header (``cache-control``,
+                ``content-type``) is user metadata all the same: headers come
+                only from the named arguments.
+            cache_control, content_encoding, content_disposition: HTTP headers
+                stored with the object and returned by ``head`` (and served
+                with it by providers that serve objects over HTTP: S3, GCS,
+                Azure). 1 to 1,024 printable ASCII characters each. Defaults
+                to none. ``content_encoding`` is a label: portable stores the
+                bytes as given and never compresses or decompresses them.
             if_none_match: ``"*"``: create only; fail if the key exists.
             if_match: write only if the current etag equals this one.
             idempotency_key: makes a conditional put safe to repeat: the object
@@ -153,15 +181,24 @@ class Bucket(BatchOperations, StreamOperations):
             return idempotent_put(
                 self, key, data, content_type=content_type, metadata=metadata,
                 if_none_match=if_none_match, if_match=if_match, idempotency_key=idempotency_key,
+                cache_control=cache_control, content_encoding=content_encoding,
+                content_disposition=content_disposition,
             )
         if not is_clearly_valid_key(key):
             check_key(key, self._max_key)
         if type(data) is not bytes:
             data = checked_bytes(data)
-        if content_type is None and metadata is None and if_none_match is None and if_match is None:
+        if (
+            content_type is None and metadata is None and if_none_match is None and if_match is None
+            and cache_control is None and content_encoding is None and content_disposition is None
+        ):
             options = NO_WRITE_OPTIONS
         else:
-            options = checked_write_options(content_type, metadata, if_none_match, if_match, self._caps, self.provider)
+            options = checked_write_options(
+                content_type, metadata, if_none_match, if_match, self._caps, self.provider,
+                cache_control=cache_control, content_encoding=content_encoding,
+                content_disposition=content_disposition,
+            )
         limit = self._caps.max_object_bytes
         if limit is not None and len(data) > limit:
             raise TooLarge(f"{len(data)} bytes is over {self.provider}://'s single-put limit of {limit}")
@@ -175,12 +212,56 @@ class Bucket(BatchOperations, StreamOperations):
     def copy(self, src: str, dst: str) -> str | None:
         """Copy ``src`` to ``dst`` (server-side where the provider can); return dst's etag.
 
+        The copy keeps the source's content type, metadata and headers, where the
+        provider keeps them.
+
         Raises:
             NotFound: ``src`` does not exist.
         """
         check_key(src, self._max_key)
         check_key(dst, self._max_key)
         return self._guard.call("write", f"copy {src} -> {dst}", self._driver.copy, src, dst)
+
+    # -- leftovers ------------------------------------------------------
+    def abort_incomplete(self, older_than: float | dt.timedelta, *, prefix: str = "") -> list[str]:
+        """Remove what writes that never committed left behind, started more than ``older_than`` ago.
+
+        A writer killed mid-stream leaves a temporary file (``file://``), an
+        incomplete multipart upload (S3), uncommitted blocks (Azure): invisible
+        to ``get`` and ``list``, but taking space (and, on clouds, billed).
+        Nothing that was committed is ever removed.
+
+        Args:
+            older_than: seconds or a timedelta, >= 0. Choose it longer than any
+                live write takes (or pauses between parts): a live writer's
+                leftovers older than this are removed too, and its commit then
+                fails. ``0`` removes every leftover now.
+            prefix: only leftovers of keys under this prefix. Defaults to all.
+
+        Returns:
+            What was removed, sorted: the key, or ``key#id`` where one key may
+            have several (an upload id, a temporary file's name); each driver
+            documents its form.
+
+        Raises:
+            Unsupported: the provider cannot list its incomplete writes.
+            InvalidArgument / InvalidKey: before any request.
+        """
+        delta = _age(older_than)
+        check_prefix(prefix)
+        return self._guard.call(
+            "write", f"abort_incomplete {prefix}", self._driver.abort_incomplete, prefix, delta
+        )
+
+    def list_incomplete(self, older_than: float | dt.timedelta, *, prefix: str = "") -> list[str]:
+        """What :meth:`abort_incomplete` would remove now (same arguments, same form), removing nothing.
+
+        Raises:
+            Unsupported: the provider cannot list its incomplete writes.
+        """
+        delta = _age(older_than)
+        check_prefix(prefix)
+        return self._guard.call("read", f"list_incomplete {prefix}", self._driver.list_incomplete, prefix, delta)
 
     # -- listing --------------------------------------------------------
     def list_page(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..driver.storage import BAD_KEY_CHARS, StorageCapabilities, WriteOptions
+from ..driver.storage import BAD_KEY_CHARS, StorageCapabilities, WriteOptions, bad_char_named
 from ..errors import InvalidArgument, InvalidKey, TooLarge, Unsupported
 
 #: A user metadata name every provider stores as given (case aside).
@@ -18,6 +18,12 @@ METADATA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 #: The options of a write with no content type, metadata or condition (the common put).
 NO_WRITE_OPTIONS = WriteOptions()
+
+#: The longest value of a ``cache_control``, ``content_encoding`` or ``content_disposition`` header.
+MAX_HEADER_CHARS = 1024
+
+#: A header value every provider stores as given: printable ASCII (space to ``~``).
+_HEADER_VALUE = re.compile(r"[ -~]+")
 
 
 def is_clearly_valid_key(key: object) -> bool:
@@ -46,8 +52,14 @@ def check_prefix(prefix: object) -> str:
     """
     if type(prefix) is not str:
         raise InvalidKey(f"a prefix must be a str, got {type(prefix).__name__}")
-    if prefix and (BAD_KEY_CHARS.search(prefix) or prefix[0] == "/"):
-        raise InvalidKey(f"prefix {prefix[:60]!r} must not start with '/' or hold control characters")
+    if prefix and prefix[0] == "/":
+        raise InvalidKey(f"prefix {prefix[:60]!r} must not start with '/'")
+    bad = bad_char_named(prefix) if prefix else None
+    if bad is not None:
+        raise InvalidKey(
+            f"prefix {prefix[:60]!r} holds the control or line-separator character {bad}; "
+            "no key can hold one (C0/C1 controls, U+2028, U+2029)"
+        )
     return prefix
 
 
@@ -69,12 +81,19 @@ def checked_write_options(
     if_match: str | None,
     caps: StorageCapabilities,
     provider: str,
+    *,
+    cache_control: str | None = None,
+    content_encoding: str | None = None,
+    content_disposition: str | None = None,
 ) -> WriteOptions:
     """Return the WriteOptions of a put or streamed write, with metadata names lower-cased.
 
+    Metadata is user metadata whatever its names (``cache-control`` too): HTTP
+    headers come only from ``content_type`` and the three header arguments.
+
     Raises:
-        InvalidArgument: a condition, metadata entry or content type is malformed,
-            or both conditions are given.
+        InvalidArgument: a condition, metadata entry, content type or header is
+            malformed, or both conditions are given.
         Unsupported: ``provider`` does not enforce the condition asked for.
         TooLarge: the metadata is over ``caps.max_metadata_bytes``.
     """
@@ -105,7 +124,37 @@ def checked_write_options(
         meta = {k.lower(): v for k, v in metadata.items()}
     if content_type is not None and (type(content_type) is not str or BAD_KEY_CHARS.search(content_type)):
         raise InvalidArgument(f"content_type must be a str such as 'application/json', got {content_type!r}")
-    if not meta and content_type is None and if_match is None and not if_none_match:
+    headers: dict[str, str | None] = {
+        "cache_control": cache_control,
+        "content_encoding": content_encoding,
+        "content_disposition": content_disposition,
+    }
+    for header, given in headers.items():
+        if given is not None:
+            check_header_value(header, given)
+    if not meta and content_type is None and if_match is None and not if_none_match and not any(headers.values()):
         return NO_WRITE_OPTIONS
-    return WriteOptions(content_type, meta, bool(if_none_match), if_match)
+    return WriteOptions(
+        content_type, meta, bool(if_none_match), if_match,
+        cache_control=cache_control, content_encoding=content_encoding, content_disposition=content_disposition,
+    )
+
+
+def check_header_value(name: str, value: object) -> str:
+    """Return ``value`` if it can be the stored HTTP header ``name``, else raise InvalidArgument.
+
+    A value is 1 to :data:`MAX_HEADER_CHARS` printable ASCII characters (space
+    to ``~``): what every provider stores and returns unchanged. Encode anything
+    else first (RFC 8187's ``filename*=UTF-8''...`` for a disposition).
+    """
+    if type(value) is not str:
+        raise InvalidArgument(f"{name} must be a str such as 'max-age=3600', got {type(value).__name__}")
+    if not value or len(value) > MAX_HEADER_CHARS:
+        raise InvalidArgument(f"{name} must be 1 to {MAX_HEADER_CHARS:,} characters, got {len(value):,}")
+    if not _HEADER_VALUE.fullmatch(value):
+        raise InvalidArgument(
+            f"{name} {value[:60]!r} must be printable ASCII (no control characters, no non-ASCII: "
+            "encode a file name as RFC 8187 filename*=UTF-8''...)"
+        )
+    return value
 

@@ -35,6 +35,9 @@ def idempotent_put(
     if_none_match: Literal["*"] | None,
     if_match: str | None,
     idempotency_key: str,
+    cache_control: str | None = None,
+    content_encoding: str | None = None,
+    content_disposition: str | None = None,
 ) -> str | None:
     """``Bucket.put(..., idempotency_key=k)``: a put whose repeat is recognised, with no other store.
 
@@ -55,7 +58,8 @@ def idempotent_put(
     tagged = {**(metadata or {}), KEY_METADATA: marker, PAYLOAD_METADATA: fp}
     try:
         return bucket.put(
-            key, data, content_type=content_type, metadata=tagged, if_none_match=if_none_match, if_match=if_match
+            key, data, content_type=content_type, metadata=tagged, if_none_match=if_none_match, if_match=if_match,
+            cache_control=cache_control, content_encoding=content_encoding, content_disposition=content_disposition,
         )
     except (AlreadyExists, PreconditionFailed) as exc:
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import urls
 from ..config import Profile, check_requirements, load_profile
 from ..driver.storage import StorageCapabilities, StorageDriver
-from ..errors import PortableError
+from ..errors import InvalidURL, PortableError
 from ..resilience import ResiliencePolicy
 from ._bucket import Bucket
 
@@ -38,8 +38,14 @@ def open_bucket(
             to the profile's resilience policy.
 
     Raises:
+        InvalidURL: ``url`` is ``""`` (or blank): pass None for the profile's bucket.
         UnknownScheme / MissingDependency / InvalidURL / ConfigError: before any request.
     """
+    if url is not None and (type(url) is not str or not url.strip()):
+        raise InvalidURL(
+            f"open_bucket({url!r}): a bucket URL must be a non-empty str such as 'file://./data' or "
+            "'s3://bucket/prefix'; pass None (or nothing) to open the active profile's bucket"
+        )
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     target = url or prof.storage
     if prof.storage_engine is not None:

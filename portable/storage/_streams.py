@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import IO, Any, Literal, TypeVar, overload
 
-from ..driver.storage import WriteStream, check_key
-from ..errors import InvalidArgument, PortableError
+from ..driver.storage import ObjectInfo, StorageDriver, WriteStream, check_key
+from ..errors import ErrorCode, InvalidArgument, NotFound, PortableError
 from ..resilience import Guard
 from ._checks import checked_bytes, checked_write_options
 from ._state import BucketState
@@ -18,6 +19,19 @@ R = TypeVar("R")
 #: The default part size of streamed writes.
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
 
+#: How much of an object is read at once when a commit's outcome is checked.
+_READ_BACK_CHUNK = 1 << 20
+
+#: Errors of a first commit attempt that say the provider refused it, so nothing was written.
+_CERTAIN_FAILURES = frozenset({
+    ErrorCode.ALREADY_EXISTS,
+    ErrorCode.PRECONDITION_FAILED,
+    ErrorCode.INVALID_ARGUMENT,
+    ErrorCode.PERMISSION_DENIED,
+    ErrorCode.UNSUPPORTED,
+    ErrorCode.TOO_LARGE,
+})
+
 
 class BucketWriter(io.RawIOBase):
     """The file object returned by ``Bucket.open(key, "wb")``.
@@ -25,16 +39,31 @@ class BucketWriter(io.RawIOBase):
     Bytes are buffered into parts and handed to the driver; :meth:`close`
     commits. Leaving a ``with`` block by an exception aborts instead, so a
     failed or interrupted write leaves no object behind.
+
+    A commit whose outcome is unknown (its reply was lost: a timeout, a reset
+    connection, an error the driver cannot classify) is settled by looking:
+    the writer keeps the size and SHA-256 of every byte it streamed, reads
+    back what the store holds under the key, and reports success when those
+    are its own bytes (the etag is then the stored object's). A commit that
+    took effect is never sent again; only when the bytes are not there and
+    the error is retryable is the commit retried. When the store cannot be
+    read to tell, the commit's error is raised, not retryable, saying the
+    outcome is unknown. "Its own bytes" means the same content: another
+    writer that stored exactly the same bytes meanwhile cannot be told apart
+    (use ``put(..., idempotency_key=...)`` where that matters).
     """
 
-    def __init__(self, guard: Guard, key: str, stream: WriteStream, part_size: int) -> None:
+    def __init__(self, guard: Guard, key: str, stream: WriteStream, part_size: int, driver: StorageDriver) -> None:
         super().__init__()
         self._guard = guard
         self._key = key
         self._stream = stream
         self._part_size = part_size
+        self._driver = driver
         self._buffer = bytearray()
         self._written = 0
+        self._digest = hashlib.sha256()
+        self._commit_tried = False  # a commit attempt failed: any later failure is checked too
         self._done = False
         self.etag: str | None = None
 
@@ -47,6 +76,7 @@ class BucketWriter(io.RawIOBase):
         chunk = checked_bytes(data)
         self._buffer += chunk
         self._written += len(chunk)
+        self._digest.update(chunk)
         while len(self._buffer) >= self._part_size:
             part = bytes(self._buffer[: self._part_size])
             del self._buffer[: self._part_size]
@@ -71,9 +101,53 @@ class BucketWriter(io.RawIOBase):
         if self._buffer:
             self._call_or_abort("write", self._stream.write, bytes(self._buffer))
             self._buffer.clear()
-        self.etag = self._call_or_abort("commit", self._stream.commit)
+        self.etag = self._call_or_abort("commit", self._commit_once)
         self._done = True
         super().close()
+
+    def _commit_once(self) -> str | None:
+        """One commit attempt; after a failure that may hide a success, the store says which it was.
+
+        Returns the etag when the commit took effect (reported or not); re-raises
+        the commit's error when it did not, for the guard to retry if retryable.
+        """
+        try:
+            return self._stream.commit()
+        except Exception as exc:
+            if self._driver.code_of(exc) in _CERTAIN_FAILURES and not self._commit_tried:
+                raise  # the provider refused the commit itself: nothing was written
+            self._commit_tried = True
+            found = self._stored_if_mine(exc)
+            if found is not None:
+                return found.etag
+            raise
+
+    def _stored_if_mine(self, commit_error: Exception) -> ObjectInfo | None:
+        """The stored object under the key if it holds exactly the bytes streamed, else None."""
+        try:
+            info = self._guard.call("read", f"head {self._key}", self._driver.head, self._key)
+            if info.size != self._written:
+                return None
+            digest = self._guard.call("read", f"read back {self._key}", self._stored_digest)
+        except NotFound:
+            return None
+        except PortableError as check_error:
+            err = self._guard.wrap(f"commit {self._key}", commit_error)
+            raise type(err)(
+                f"{err.message}; whether the object was written is unknown: reading it back failed: "
+                f"{check_error.message}",
+                provider=err.provider,
+                retryable=False,
+            ) from commit_error
+        return info if digest == self._digest.digest() else None
+
+    def _stored_digest(self) -> bytes:
+        """The SHA-256 of the object stored under the key, read in parts."""
+        digest = hashlib.sha256()
+        with self._driver.open_read(self._key) as stream:
+            while chunk := stream.read(_READ_BACK_CHUNK):
+                digest.update(chunk)
+        return digest.digest()
 
     def abort(self) -> None:
         """Discard what was written; nothing becomes visible."""
@@ -180,6 +254,9 @@ class StreamOperations(BucketState):
         if_none_match: Literal["*"] | None = None,
         if_match: str | None = None,
         part_size: int = DEFAULT_PART_SIZE,
+        cache_control: str | None = None,
+        content_encoding: str | None = None,
+        content_disposition: str | None = None,
     ) -> IO[bytes]: ...
     def open(
         self,
@@ -191,6 +268,9 @@ class StreamOperations(BucketState):
         if_none_match: Literal["*"] | None = None,
         if_match: str | None = None,
         part_size: int = DEFAULT_PART_SIZE,
+        cache_control: str | None = None,
+        content_encoding: str | None = None,
+        content_disposition: str | None = None,
     ) -> IO[bytes]:
         """Open a stream on the object.
 
@@ -201,13 +281,22 @@ class StreamOperations(BucketState):
         write's conditions are checked at commit; see
         ``capabilities.conditional_streaming_write``.
 
+        A commit whose reply is lost is settled by reading back what the store
+        holds (see :class:`BucketWriter`): it is reported as the success it
+        was, and never committed twice.
+
         Args:
+            content_type, metadata, cache_control, content_encoding,
+                content_disposition: as for ``put`` (``"wb"`` only).
             part_size: bytes per part. Defaults to 8 MiB; at least the
                 provider's ``min_part_bytes``.
         """
         check_key(key, self._max_key)
         if mode == "rb":
-            if content_type or metadata or if_none_match or if_match:
+            if (
+                content_type or metadata or if_none_match or if_match
+                or cache_control is not None or content_encoding is not None or content_disposition is not None
+            ):
                 raise InvalidArgument("write options apply to mode 'wb' only")
             inner = self._guard.call("read", f"open {key}", self._driver.open_read, key)
             return BucketReader(self._guard, key, inner)  # type: ignore[return-value]
@@ -217,6 +306,9 @@ class StreamOperations(BucketState):
             raise InvalidArgument(
                 f"part_size must be an int >= {self._caps.min_part_bytes} on {self.provider}://, got {part_size!r}"
             )
-        options = checked_write_options(content_type, metadata, if_none_match, if_match, self._caps, self.provider)
+        options = checked_write_options(
+            content_type, metadata, if_none_match, if_match, self._caps, self.provider,
+            cache_control=cache_control, content_encoding=content_encoding, content_disposition=content_disposition,
+        )
         stream = self._guard.call("write", f"open {key}", self._driver.open_write, key, options, part_size)
-        return BucketWriter(self._guard, key, stream, part_size)  # type: ignore[return-value]
+        return BucketWriter(self._guard, key, stream, part_size, self._driver)  # type: ignore[return-value]
