@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from portable_kafka import KafkaMessaging
@@ -74,7 +75,7 @@ def test_url_with_defaults_and_derived_topics() -> None:
     assert s.idempotent and s.acks == "all" and s.start == "earliest"
     config = s.producer_config(lambda: None)
     assert config["enable_idempotence"] is True and config["acks"] == "all"
-    assert "retries" not in config, "the idempotent producer keeps its own (ordered, deduplicated) resends"
+    assert config["retries"] > 0, "the idempotent producer keeps its own (ordered, deduplicated) resends"
     consumer = s.consumer_config(lambda: None)
     assert consumer["enable_auto_commit"] is False and consumer["group_id"] == "billing"
 
@@ -82,6 +83,22 @@ def test_url_with_defaults_and_derived_topics() -> None:
 def test_non_idempotent_producer_does_not_retry() -> None:
     config = settings("kafka://b:9092/t?idempotent=false&acks=1").producer_config(lambda: None)
     assert config["retries"] == 0 and config["acks"] == 1 and config["enable_idempotence"] is False
+
+
+def test_idempotent_producer_retries_are_bounded_by_the_settings_the_docs_quote() -> None:
+    """The one retry loop portable does not own (docs/adapters/kafka.md, "Retries"): every
+    bound it has is set explicitly, not left to kafka-python's defaults."""
+    config = settings("kafka://b:9092/t").producer_config(lambda: None)
+    assert config["enable_idempotence"] is True and config["acks"] == "all"
+    assert config["retries"] == float("inf"), "the resends are bounded in time, by delivery_timeout_ms"
+    assert config["delivery_timeout_ms"] == 60000 and config["request_timeout_ms"] == 30000
+    assert config["max_in_flight_requests_per_connection"] == 5
+    assert config["retry_backoff_ms"] == 100
+    shorter = settings("kafka://b:9092/t?delivery_timeout=5&request_timeout=2").producer_config(lambda: None)
+    assert shorter["delivery_timeout_ms"] == 5000 and shorter["request_timeout_ms"] == 2000
+    docs = (Path(__file__).parents[3] / "docs" / "adapters" / "kafka.md").read_text()
+    for quoted in ("delivery_timeout_ms", "max_in_flight_requests_per_connection", "retries"):
+        assert quoted in docs, f"docs/adapters/kafka.md does not quote {quoted}"
 
 
 @pytest.mark.parametrize(
