@@ -236,3 +236,30 @@ def test_a_deadline_bounds_the_bootstrap(silent_port: int) -> None:
     with pytest.raises((Unavailable, DeadlineExceeded)), deadline(1.5):
         pm.open_subscription(f"kafka://127.0.0.1:{silent_port}/orders?group=g", policy=QUICK)
     assert time.monotonic() - started < 4
+
+
+# ---------------------------------------------------------------- records -> deliveries
+def test_a_record_with_headers_keeps_them_all_and_a_null_header_value_reads_as_empty() -> None:
+    """kafka-python's producer cannot write a null header value (the Java client can): the
+    delivery is made from a record as kafka-python's fetcher hands it over."""
+    import collections
+
+    from kafka import TopicPartition
+    from portable_kafka._receive import LocalLeases
+
+    record = collections.namedtuple("record", "offset timestamp key value headers")
+    class Leases(LocalLeases):  # the bookkeeping alone, without a consumer
+        ack = nack = receive = None  # type: ignore[assignment]
+
+    leases = Leases()
+    headers = [
+        ("a", None), ("portable.kafka.attempt", b"3"), ("b", b"\xff"), ("a", b"x"),
+        ("portable.kafka.id", b"t/0/1"), ("c", b"\xff"), ("c", b"text"), ("d", b"text"), ("d", b"\xfe"),
+    ]  # fmt: skip
+    m = leases._delivery_with_headers(TopicPartition("t", 0), record(7, 1000, None, None, headers))
+    assert m.headers == (("a", b""), ("b", b"\xff"), ("a", b"x"), ("c", b"\xff"), ("c", b"text"), ("d", b"text"), ("d", b"\xfe"))
+    assert dict(m.attributes) == {"a": "x", "c": "text"}, "the last value of a name wins, if it is text"
+    assert (m.id, m.delivery_attempt) == ("t/0/1", 3), "the retry headers were read, then left out"
+    assert (m.tombstone, m.body, m.key, m.key_bytes) == (True, b"", None, None)
+    again = leases._next_attempt(m)
+    assert (again.headers, again.tombstone, again.delivery_attempt, again.id) == (m.headers, True, 4, m.id)
