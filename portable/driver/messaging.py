@@ -81,6 +81,13 @@ per message for the allocator and the garbage collector. A Delivery asks the
 subscription it came from to settle it through a :class:`Settler`, which the
 portable layer implements; a driver never calls it.
 
+Lossless fields: besides the convenient ``attributes`` (``dict[str, str]``), a
+driver reports what the provider carried exactly: ``headers`` (``(name, bytes)``
+pairs in wire order, duplicates kept, binary values as bytes; for a provider
+without wire order, a stated order), ``key_bytes`` (a key that is not simply
+UTF-8 text) and ``tombstone`` (no body at all). Headers a driver adds for its
+own bookkeeping stay out of ``headers`` and ``attributes``.
+
 Reserved attributes
 -------------------
 
@@ -267,10 +274,15 @@ class ReceivedMessage:
         headers: the provider's headers or attributes as sent, ``(name, bytes)``
             pairs in wire order with duplicates kept (Kafka headers, SQS message
             attributes including Binary ones, Pub/Sub attributes); ``()`` where the
-            provider has none.
-        key_bytes: the key exactly as sent, where that is not simply the UTF-8 of
-            ``key`` (a non-UTF-8 Kafka key); None otherwise. ``Message.key_bytes``
+            provider has none. Headers the driver adds for its own bookkeeping
+            (Kafka's ``portable.kafka.*`` retry headers, SQS's ``portable.body``)
+            are left out; ``portable.*`` attributes the portable layer adds are in.
+        key_bytes: the key exactly as sent (a non-UTF-8 Kafka key); may be None
+            where that is simply the UTF-8 of ``key``. ``Message.key_bytes``
             gives users the key as sent in every case.
+        tombstone: the provider delivered no body at all (a Kafka record whose
+            value is null: the delete marker of a compacted topic); ``body`` is
+            then ``b""``. False everywhere else.
     """
 
     id: str
@@ -282,6 +294,7 @@ class ReceivedMessage:
     handle: Any
     headers: tuple[tuple[str, bytes], ...]
     key_bytes: bytes | None
+    tombstone: bool
 
     def __init__(
         self,
@@ -294,10 +307,12 @@ class ReceivedMessage:
         handle: Any,
         headers: tuple[tuple[str, bytes], ...] = (),
         key_bytes: bytes | None = None,
+        tombstone: bool = False,
     ) -> None:
         # by the slot descriptors, as OutgoingMessage: once per message received
         _set_in_headers(self, headers)
         _set_in_key_bytes(self, key_bytes)
+        _set_in_tombstone(self, tombstone)
         _set_in_id(self, id)
         _set_in_body(self, body)
         _set_in_attributes(self, attributes)
@@ -308,12 +323,13 @@ class ReceivedMessage:
 
     @classmethod
     def like(cls, message: Any, handle: Any, delivery_attempt: int | None = None) -> ReceivedMessage:
-        """A ReceivedMessage with ``message``'s fields (any object that has them: a
-        ReceivedMessage, a Delivery) and another handle, and attempt if given."""
+        """A ReceivedMessage with ``message``'s fields (a ReceivedMessage or a Delivery:
+        headers, key bytes and the tombstone flag included) and another handle, and
+        attempt if given."""
         return cls(
             message.id, message.body, message.attributes, message.key, message.publish_time,
             message.delivery_attempt if delivery_attempt is None else delivery_attempt, handle,
-            getattr(message, "headers", ()), getattr(message, "_key_bytes", getattr(message, "key_bytes", None)),
+            message.headers, message.key_bytes, message.tombstone,
         )  # fmt: skip
 
 
@@ -331,6 +347,7 @@ _set_in_delivery_attempt = ReceivedMessage.__dict__["delivery_attempt"].__set__
 _set_in_handle = ReceivedMessage.__dict__["handle"].__set__
 _set_in_headers = ReceivedMessage.__dict__["headers"].__set__
 _set_in_key_bytes = ReceivedMessage.__dict__["key_bytes"].__set__
+_set_in_tombstone = ReceivedMessage.__dict__["tombstone"].__set__
 
 
 class Settler(Protocol):
@@ -360,9 +377,19 @@ class Delivery:
 
     Attributes:
         id: the provider's message id (the same on every delivery).
-        body: the payload.
-        attributes: the attributes it was published with (``portable.*`` included).
-        key: the ordering key, or None.
+        body: the payload (``b""`` for a :attr:`tombstone`).
+        attributes: the text attributes it was published with (``portable.*``
+            included): a convenient ``dict[str, str]``. Where a provider allows a
+            name twice (Kafka headers) the last value wins; a value that is not
+            text (an SQS Binary attribute, a Kafka header that is not UTF-8) is
+            only in :attr:`headers`.
+        headers: every header or attribute as sent, ``(name, bytes)`` pairs in
+            wire order with duplicates kept (see :attr:`headers`).
+        key: the ordering key, or None (a Kafka key that is not UTF-8 shows its
+            bytes decoded with U+FFFD; :attr:`key_bytes` has them exactly).
+        key_bytes: the key exactly as sent, or None without a key.
+        tombstone: whether the provider delivered no body at all (a Kafka record
+            with a null value).
         publish_time: when the provider accepted it (UTC).
         delivery_attempt: 1 on the first delivery (exact where
             ``capabilities.delivery_count``).
@@ -370,15 +397,17 @@ class Delivery:
 
     For drivers: a ``receive`` that returns Delivery objects (see the module
     docstring) makes them of a subclass whose ``__init__`` sets ``_id``,
-    ``_body``, ``_attributes``, ``_key``, ``_published``, ``_attempt`` and
-    ``_handle`` (the fields above), and which may add slots of its own. The
-    Subscription sets the rest (``_settler``, ``_state``, ``_lease_ends``) as it
-    hands the delivery out. A driver returns only Delivery objects or none.
+    ``_body``, ``_attributes``, ``_key``, ``_published``, ``_attempt``,
+    ``_handle``, ``_headers`` (a tuple), ``_key_bytes`` (bytes, or None where it
+    is the UTF-8 of ``_key`` or there is no key) and ``_tombstone`` (the fields
+    above), and which may add slots of its own. The Subscription sets the rest
+    (``_settler``, ``_state``, ``_lease_ends``) as it hands the delivery out. A
+    driver returns only Delivery objects or none.
     """
 
     __slots__ = (
-        "_attempt", "_attributes", "_body", "_handle", "_id", "_key", "_lease_ends", "_published", "_settler",
-        "_state",
+        "_attempt", "_attributes", "_body", "_handle", "_headers", "_id", "_key", "_key_bytes", "_lease_ends",
+        "_published", "_settler", "_state", "_tombstone",
     )  # fmt: skip
 
     _id: str
@@ -388,6 +417,9 @@ class Delivery:
     _published: dt.datetime
     _attempt: int
     _handle: Any
+    _headers: tuple[tuple[str, bytes], ...]
+    _key_bytes: bytes | None  # None: the UTF-8 of _key (or no key)
+    _tombstone: bool
     _settler: Settler  # the subscription's, from receipt on
     _state: str  # LEASED, ACKED, NACKED or DEAD_LETTERED
     _lease_ends: float  # time.monotonic()
@@ -401,12 +433,13 @@ class Delivery:
         self._published = record.publish_time
         self._attempt = record.delivery_attempt
         self._handle = record.handle
+        self._headers = record.headers
+        self._key_bytes = record.key_bytes
+        self._tombstone = record.tombstone
 
     def __repr__(self) -> str:
-        return (
-            f"Message(id={self._id!r}, key={self._key!r}, attempt={self._attempt}, "
-            f"bytes={len(self._body)}, state={self._state})"
-        )
+        body = "tombstone" if self._tombstone else f"bytes={len(self._body)}"
+        return f"Message(id={self._id!r}, key={self._key!r}, attempt={self._attempt}, {body}, state={self._state})"
 
     @property
     def id(self) -> str:
@@ -421,8 +454,49 @@ class Delivery:
         return self._attributes
 
     @property
+    def headers(self) -> tuple[tuple[str, bytes], ...]:
+        """Every header or attribute as the provider carried it: ``(name, bytes)`` pairs.
+
+        Lossless where :attr:`attributes` is convenient: duplicates are kept, in
+        wire order, and values are the bytes as sent. Per provider:
+
+        * Kafka: the record headers in record order (a null header value reads as
+          ``b""``), the ``portable.kafka.*`` headers of retry copies left out;
+        * SQS: every message attribute, sorted by name (SQS keeps no order): a
+          Binary one as its bytes, a String or Number one as the UTF-8 of its
+          text; the ``portable.body`` attribute that carries binary bodies left out;
+        * mem, sqlite: the attributes as UTF-8, in publish order;
+        * providers without headers: ``()``.
+
+        ``portable.*`` attributes (``portable.idempotency_key``, the dead-letter
+        ones) are included, as they are on the wire.
+        """
+        return self._headers
+
+    @property
     def key(self) -> str | None:
         return self._key
+
+    @property
+    def key_bytes(self) -> bytes | None:
+        """The key exactly as sent (a Kafka record key of any bytes), or None without a key.
+
+        Where a provider's keys are text (SQS MessageGroupId, Pub/Sub ordering
+        key) this is the UTF-8 of :attr:`key`.
+        """
+        raw = self._key_bytes
+        if raw is not None:
+            return raw
+        key = self._key
+        return None if key is None else key.encode("utf-8")
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether the message has no body at all: a Kafka record whose value is null
+        (the delete marker of a compacted topic). :attr:`body` is then ``b""``, so code
+        that reads only bytes keeps working; check this to tell it from an empty body.
+        False on every provider but Kafka."""
+        return self._tombstone
 
     @property
     def publish_time(self) -> dt.datetime:

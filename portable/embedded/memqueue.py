@@ -13,6 +13,11 @@ Options:
 
 Limits: bodies plus attributes up to 1 MiB, 32 attributes, batches of 1,000.
 
+Received messages: ``Message.headers`` are the attributes as ``(name, UTF-8
+bytes)`` pairs in the order they were published (so code that reads headers
+runs here as on Kafka), ``key_bytes`` is the UTF-8 of the key, and nothing is
+a tombstone.
+
 As: nothing.
 
 Capabilities: everything — ordering per key, native dead letters, lease
@@ -218,11 +223,13 @@ class MemoryMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
             rec.attempts += 1
             rec.token = next(q.tokens)
             rec.visible_at = now + lease
+            attributes = rec.attributes
             out.append(
                 ReceivedMessage(
-                    rec.id, rec.body, dict(rec.attributes), key, rec.published, rec.attempts, (rec.id, rec.token)
+                    rec.id, rec.body, dict(attributes), key, rec.published, rec.attempts, (rec.id, rec.token),
+                    tuple([(name, value.encode("utf-8")) for name, value in attributes.items()]),
                 )
-            )
+            )  # fmt: skip
             if len(out) >= max_messages:
                 break
         return out

@@ -32,6 +32,11 @@ the write lock.
 
 Limits: bodies plus attributes up to 16 MiB, 32 attributes, batches of 1,000.
 
+Received messages: ``Message.headers`` are the attributes as ``(name, UTF-8
+bytes)`` pairs in the order they were published (the row keeps them as a JSON
+object, which keeps order), ``key_bytes`` is the UTF-8 of the key, and nothing
+is a tombstone.
+
 As: ``sqlite3.Connection`` (the calling thread's connection).
 
 Capabilities: ordering, native dead letters (a ``dead_letters`` table),
@@ -340,18 +345,22 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         with self._write() as conn:
             rows = conn.execute(self._sql_take, (token, now + lease, self.name, now, max_messages)).fetchall()
         rows.sort()
-        return [
-            ReceivedMessage(
-                mid,
-                body,
-                json.loads(attrs) if attrs else {},
-                key,
-                dt.datetime.fromtimestamp(published, dt.UTC),
-                attempts,
-                (rowid, token),
+        out: list[ReceivedMessage] = []
+        for rowid, mid, body, attrs, key, published, attempts in rows:
+            attributes: dict[str, str] = json.loads(attrs) if attrs else {}
+            out.append(
+                ReceivedMessage(
+                    mid,
+                    body,
+                    attributes,
+                    key,
+                    dt.datetime.fromtimestamp(published, dt.UTC),
+                    attempts,
+                    (rowid, token),
+                    tuple([(name, value.encode("utf-8")) for name, value in attributes.items()]),
+                )
             )
-            for rowid, mid, body, attrs, key, published, attempts in rows
-        ]
+        return out
 
     def _lost(self, handle: Any) -> PreconditionFailed:
         return PreconditionFailed(

@@ -44,6 +44,20 @@ What every provider accepts (checked before any request, with a typed error):
 * an ordering ``key`` and an ``idempotency_key`` are 1-128 printable ASCII
   characters without spaces (SQS's MessageGroupId alphabet).
 
+What a received :class:`Message` carries: ``body`` (bytes), ``key`` and ``attributes``
+(``dict[str, str]``) are the convenient view; three fields are the lossless one, for
+services that share a queue with native producers:
+
+* ``headers``: every header or attribute as sent, ``(name, bytes)`` pairs, duplicates
+  kept: Kafka record headers in record order (binary values as they are), SQS message
+  attributes sorted by name (Binary ones as their bytes), mem and sqlite the attributes in
+  publish order; ``()`` where a provider has none. ``attributes`` holds only the text ones,
+  and of a name given twice the last;
+* ``key_bytes``: the key exactly as sent (a Kafka key of any bytes; elsewhere the UTF-8
+  of ``key``), or None;
+* ``tombstone``: True for a Kafka record whose value is null (the delete marker of a
+  compacted topic); ``body`` is then ``b""``, so code that reads bytes keeps working.
+
 Where providers differ (the capabilities say which applies):
 
 * ordering per key holds only with ``capabilities.ordering``; elsewhere the key is

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: One delivery of a message, as :meth:`Subscription.receive` and ``run()`` hand it out
-#: (see :class:`~portable.driver.messaging.Delivery` for its fields and methods).
+#: (see :class:`~portable.driver.messaging.Delivery` for its fields and methods: ``body``,
+#: ``key``, ``attributes``, and losslessly ``headers``, ``key_bytes`` and ``tombstone``).
 Message = Delivery
 
 

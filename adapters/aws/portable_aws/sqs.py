@@ -39,6 +39,18 @@ Bodies:
     size, not base64's) under the one-character body ``.``, and comes back as
     the body on receipt; that attribute is not shown among the attributes.
 
+Attributes and headers on receipt:
+    ``Message.attributes`` holds the String and Number message attributes
+    (custom types such as ``Number.float`` or ``String.json`` included) as
+    their text. ``Message.headers`` holds every message attribute as
+    ``(name, bytes)``, sorted by name (SQS keeps no order; its own
+    MD5OfMessageAttributes sorts them so too): a String or Number one as the
+    UTF-8 of its text, a Binary one (``Binary`` or ``Binary.*``) as its bytes,
+    which appear nowhere else. The data type itself is not carried
+    (``as_()`` gives the client for it). ``portable.body`` is left out of both.
+    ``Message.key_bytes`` is the UTF-8 of the MessageGroupId; ``tombstone`` is
+    always False.
+
 Keys and idempotency:
     ``key`` becomes the MessageGroupId: on a FIFO queue messages of a group
     are delivered in order, one in flight at a time; on a standard queue it
@@ -437,16 +449,21 @@ class SQSMessaging(BotoClientOwner, SQSClassifier, _SQSPublishing, MessagingDriv
         return [self._received(m) for m in resp.get("Messages", ())]
 
     def _received(self, raw: dict[str, Any]) -> ReceivedMessage:
-        attributes = {
-            name: value.get("StringValue", "")
-            for name, value in (raw.get("MessageAttributes") or {}).items()
-            if "StringValue" in value
-        }
-        marker = (raw.get("MessageAttributes") or {}).get(BODY_ATTRIBUTE)
+        native = dict(raw.get("MessageAttributes") or {})
+        marker = native.pop(BODY_ATTRIBUTE, None)
+        attributes: dict[str, str] = {}
+        headers: list[tuple[str, bytes]] = []
+        for name in sorted(native):  # SQS keeps no order; by name, as SQS's own MD5OfMessageAttributes
+            value = native[name]
+            if "StringValue" in value:  # String, Number and their custom types (Number.float, ...)
+                text = str(value["StringValue"])
+                attributes[name] = text
+                headers.append((name, text.encode("utf-8")))
+            elif "BinaryValue" in value:  # Binary and Binary.*: the bytes, not text
+                headers.append((name, bytes(value["BinaryValue"])))
         if marker is None:
             body = str(raw.get("Body", "")).encode("utf-8")
         else:
-            attributes.pop(BODY_ATTRIBUTE, None)
             binary = marker.get("BinaryValue")
             body = bytes(binary) if binary is not None else b""
         system = raw.get("Attributes") or {}
@@ -464,6 +481,7 @@ class SQSMessaging(BotoClientOwner, SQSClassifier, _SQSPublishing, MessagingDriv
             publish_time=published,
             delivery_attempt=max(1, int(system.get("ApproximateReceiveCount", 1))),
             handle=raw["ReceiptHandle"],
+            headers=tuple(headers),
         )
 
     def ack(self, handle: Any) -> None:
@@ -521,14 +539,20 @@ class SQSMessaging(BotoClientOwner, SQSClassifier, _SQSPublishing, MessagingDriv
             kwargs["QueueOwnerAWSAccountId"] = account
         dlq_url = self.client.get_queue_url(**kwargs)["QueueUrl"]
         attributes = dict(message.attributes)
+        # Binary attributes are in headers only: the moved copy keeps them as Binary
+        binary = {n: v for n, v in message.headers if n not in attributes and n != BODY_ATTRIBUTE}
         extra = (reason, self.endpoint + "/" + self.queue, str(message.delivery_attempt), message.id)
         for name_, value in zip(_DEAD_LETTER_ATTRIBUTES, extra, strict=True):
-            if len(attributes) >= _SQS_MAX_ATTRIBUTES - 1:
+            if len(attributes) + len(binary) >= _SQS_MAX_ATTRIBUTES - 1:
                 break  # keep one slot for the body marker; the reason always comes first
             attributes[name_] = value
         dlq_fifo = name.endswith(".fifo")
         out = OutgoingMessage(message.body, attributes, message.key, None)
         entry, _size = self._entry(out)
+        if binary:
+            entry.setdefault("MessageAttributes", {}).update(
+                {n: {"DataType": "Binary", "BinaryValue": v} for n, v in binary.items()}
+            )
         if dlq_fifo:
             entry["MessageGroupId"] = message.key or _NO_KEY_GROUP + uuid.uuid4().hex
             entry["MessageDeduplicationId"] = message.id

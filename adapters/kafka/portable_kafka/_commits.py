@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from portable.driver.messaging import (
+    DEAD_LETTER_ATTRIBUTES,
     DEAD_LETTER_REASON,
     DEAD_LETTER_SOURCE,
     DELIVERY_ATTEMPTS,
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["Settlement"]
 
 log = logging.getLogger("portable.kafka")
-
-#: Reserved dead-letter attributes (portable.messaging writes the same names).
 
 #: Acks trigger a commit at most this often (seconds); receive and close always commit.
 _ACK_COMMIT_INTERVAL = 0.2
@@ -171,7 +170,7 @@ class Settlement(LocalLeases):
             ORIGINAL_ID_HEADER: delivery.id,
             PUBLISHED_HEADER: str(int(delivery.publish_time.timestamp() * 1000)),
         }
-        self._republish(self.retry_topic, delivery, dict(delivery.attributes), extra)
+        self._republish(self.retry_topic, delivery, delivery._headers, extra)
         self._settle_if_leased(handle, delivery)
         self._commit_soon()
 
@@ -180,16 +179,16 @@ class Settlement(LocalLeases):
             raise Unsupported("this Kafka subscription has no dead-letter topic (dead_letter_topic=none)")
         with self._state:
             delivery = self._leased_delivery(message.handle)
-        attributes = dict(delivery.attributes)
-        attributes.update(
-            {
-                DEAD_LETTER_REASON: reason,
-                DEAD_LETTER_SOURCE: self.settings.url_for(self.topic, self.settings.group),
-                DELIVERY_ATTEMPTS: str(delivery.delivery_attempt),
-                ORIGINAL_ID: delivery.id,
-            }
-        )
-        self._republish(self.dead_letter_topic, delivery, attributes, None)
+        # the record's own headers as they came, but an earlier dead-lettering's reason (a
+        # message moved twice carries only the latest), then this one's
+        kept = tuple(h for h in delivery._headers if h[0] not in DEAD_LETTER_ATTRIBUTES)
+        extra = {
+            DEAD_LETTER_REASON: reason,
+            DEAD_LETTER_SOURCE: self.settings.url_for(self.topic, self.settings.group),
+            DELIVERY_ATTEMPTS: str(delivery.delivery_attempt),
+            ORIGINAL_ID: delivery.id,
+        }
+        self._republish(self.dead_letter_topic, delivery, kept, extra)
         self._settle_if_leased(message.handle, delivery)
         self._commit_soon()
 
@@ -216,9 +215,14 @@ class Settlement(LocalLeases):
         return producer
 
     def _republish(
-        self, topic: str, delivery: _Delivery, attributes: dict[str, str], extra: dict[str, str] | None
+        self, topic: str, delivery: _Delivery, headers: tuple[tuple[str, bytes], ...], extra: dict[str, str]
     ) -> None:
+        """Send a copy of ``delivery``'s record to ``topic``: its value (a tombstone stays one), key
+        bytes and ``headers`` as they came, then ``extra`` as UTF-8 headers."""
         future = self.producer().send(
-            topic, value=delivery.body, key=delivery.raw_key, headers=to_headers(attributes, extra)
+            topic,
+            value=None if delivery._tombstone else delivery._body,
+            key=delivery._key_bytes,
+            headers=[*headers, *to_headers(extra)],
         )
         future.get(timeout=remaining(self._send_timeout))

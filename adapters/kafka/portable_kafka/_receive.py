@@ -68,11 +68,10 @@ class _Delivery(Delivery):
     record is a new object with a new token, and a stale handle finds nothing.
     """
 
-    __slots__ = ("batch", "due", "lease_ends", "offset", "raw_key", "tp")
+    __slots__ = ("batch", "due", "lease_ends", "offset", "tp")
 
     tp: Any  # kafka.TopicPartition
     offset: int
-    raw_key: bytes | None
     due: float  # held copies: epoch ms from the header, then time.monotonic() when due
     lease_ends: float  # time.monotonic()
     batch: _LeaseBatch  # the receive that leased it
@@ -80,27 +79,35 @@ class _Delivery(Delivery):
     def __init__(
         self,
         id: str,
-        body: bytes,
+        value: bytes | None,
         attributes: Mapping[str, str],
         key: str | None,
         publish_time: dt.datetime,
         delivery_attempt: int,
         handle: int,
-        tp: Any = None,
-        offset: int = -1,
-        raw_key: bytes | None = None,
-        due: float = 0.0,
+        tp: Any,
+        offset: int,
+        raw_key: bytes | None,
+        due: float,
+        headers: tuple[tuple[str, bytes], ...],
     ) -> None:
+        # the record's value as it came: None is a tombstone, read as b""
+        if value is None:
+            self._body = b""
+            self._tombstone = True
+        else:
+            self._body = value
+            self._tombstone = False
         self._id = id
-        self._body = body
         self._attributes = attributes
         self._key = key
         self._published = publish_time
         self._attempt = delivery_attempt
         self._handle = handle
+        self._key_bytes = raw_key  # the record key as it came, always (Message.key_bytes)
+        self._headers = headers
         self.tp = tp
         self.offset = offset
-        self.raw_key = raw_key
         self.due = due
 
 
@@ -213,7 +220,7 @@ class LocalLeases(SubscriptionDriver):
                     ready(
                         _Delivery(
                             prefix + str(offset),
-                            b"" if value is None else value,
+                            value,
                             _NO_ATTRIBUTES,
                             None if key is None else key.decode("utf-8", "replace"),
                             last_time,
@@ -223,20 +230,29 @@ class LocalLeases(SubscriptionDriver):
                             offset,
                             key,
                             0.0,
+                            (),
                         )
                     )
             self._last_publish_ms, self._last_publish_time = last_ms, last_time
 
     def _delivery_with_headers(self, tp: Any, record: Any) -> _Delivery:
-        """The delivery of a record with headers: its attributes, and the retry headers of a copy read back."""
+        """The delivery of a record with headers: its headers and attributes, and the retry
+        headers of a copy read back.
+
+        ``headers`` keeps every header but this driver's own ``portable.kafka.*`` ones, in
+        record order, duplicates and bytes as they came (a null value as ``b""``).
+        ``attributes`` is the text view: the last value of a name wins, and a value that
+        is not UTF-8 is left out of it.
+        """
         attributes: dict[str, str] = {}
+        headers: list[tuple[str, bytes]] = []
         attempt = 1
         due = 0
         original: str | None = None
         published = record.timestamp
         for name, value in record.headers:
-            text = value.decode("utf-8", "replace") if value is not None else ""
             if name.startswith(INTERNAL_PREFIX):
+                text = value.decode("utf-8", "replace") if value is not None else ""
                 try:
                     if name == ATTEMPT_HEADER:
                         attempt = max(1, int(text))
@@ -249,11 +265,17 @@ class LocalLeases(SubscriptionDriver):
                 except ValueError:
                     log.warning("ignoring a malformed %s header on %s/%s", name, tp, record.offset)
                 continue
-            attributes[name] = text
+            if value is None:
+                value = b""
+            headers.append((name, value))
+            try:
+                attributes[name] = value.decode("utf-8")
+            except UnicodeDecodeError:
+                attributes.pop(name, None)  # not text: only in headers (an earlier text value is not the last)
         key = record.key
         return _Delivery(
             original or record_id(tp.topic, tp.partition, record.offset),
-            b"" if record.value is None else record.value,
+            record.value,
             attributes,
             None if key is None else key.decode("utf-8", "replace"),
             dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC),
@@ -263,13 +285,14 @@ class LocalLeases(SubscriptionDriver):
             record.offset,
             key,
             float(due),
+            tuple(headers),
         )
 
     def _next_attempt(self, old: _Delivery) -> _Delivery:
         """The next delivery of the record ``old`` delivered: the next attempt, a new handle."""
         return _Delivery(
-            old.id, old.body, old.attributes, old.key, old.publish_time, old.delivery_attempt + 1,
-            next(self._handles), old.tp, old.offset, old.raw_key, 0.0,
+            old._id, None if old._tombstone else old._body, old._attributes, old._key, old._published,
+            old._attempt + 1, next(self._handles), old.tp, old.offset, old._key_bytes, 0.0, old._headers,
         )  # fmt: skip
 
     # -- leasing -------------------------------------------------------------------

@@ -44,9 +44,6 @@ def record_id(topic: str, partition: int, offset: int) -> str:
     return f"{topic}/{partition}/{offset}"
 
 
-def to_headers(attributes: Mapping[str, str], extra: Mapping[str, str] | None = None) -> list[tuple[str, bytes]]:
-    """Record headers for ``attributes`` and then ``extra``, values encoded as UTF-8."""
-    headers = [(name, value.encode("utf-8")) for name, value in attributes.items()]
-    if extra:
-        headers.extend((name, value.encode("utf-8")) for name, value in extra.items())
-    return headers
+def to_headers(attributes: Mapping[str, str]) -> list[tuple[str, bytes]]:
+    """Record headers for ``attributes``, in their order, values encoded as UTF-8."""
+    return [(name, value.encode("utf-8")) for name, value in attributes.items()]

@@ -36,6 +36,9 @@ _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
+#: Batches in flight per broker connection: the most an idempotent producer keeps in order.
+_IDEMPOTENT_IN_FLIGHT = 5
+
 DEFAULT_USERNAME_ENV = "KAFKA_SASL_USERNAME"
 DEFAULT_PASSWORD_ENV = "KAFKA_SASL_PASSWORD"
 NONE = "none"
@@ -126,11 +129,18 @@ class KafkaSettings:
     def producer_config(self, password: Callable[[], str | None]) -> dict[str, Any]:
         """kafka-python KafkaProducer settings.
 
-        The idempotent producer keeps kafka-python's own retries (bounded by
-        ``delivery_timeout``): they resend a batch with the same producer id and
-        sequence number, so the broker drops duplicates and keeps the order. A
-        retry from the portable layer would be a *new* record. Without
-        idempotence the producer does not retry at all, and portable's Guard
+        The idempotent producer keeps kafka-python's own retries, the one
+        exception to "only the portable layer retries" (docs/adapters/kafka.md,
+        "Retries"): they resend a batch with the same producer id and sequence
+        number, so the broker drops duplicates and keeps the order, where a
+        retry from the portable layer would be a *new* record. They are bounded
+        in time, not in count: ``retries`` is unlimited (kafka-python's default,
+        set explicitly here), ``delivery_timeout_ms`` (``delivery_timeout``,
+        60 s by default) ends every record's resends, each request waits at most
+        ``request_timeout_ms``, ``retry_backoff_ms`` is 100 and at most
+        ``max_in_flight_requests_per_connection`` = 5 batches are in flight (the
+        most the idempotent producer keeps in order). Without idempotence the
+        producer does not retry at all (``retries=0``), and portable's Guard
         owns every retry.
         """
         config = self._common_config(password)
@@ -151,6 +161,8 @@ class KafkaSettings:
             config["compression_type"] = self.compression
         if self.idempotent:
             config["acks"] = "all"
+            config["retries"] = float("inf")  # bounded by delivery_timeout_ms, as the Java client's
+            config["max_in_flight_requests_per_connection"] = _IDEMPOTENT_IN_FLIGHT
         else:
             config["acks"] = {"all": "all", "1": 1, "0": 0}[self.acks]
             config["retries"] = 0

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from portable_kafka import KafkaMessaging
@@ -74,7 +75,7 @@ def test_url_with_defaults_and_derived_topics() -> None:
     assert s.idempotent and s.acks == "all" and s.start == "earliest"
     config = s.producer_config(lambda: None)
     assert config["enable_idempotence"] is True and config["acks"] == "all"
-    assert "retries" not in config, "the idempotent producer keeps its own (ordered, deduplicated) resends"
+    assert config["retries"] > 0, "the idempotent producer keeps its own (ordered, deduplicated) resends"
     consumer = s.consumer_config(lambda: None)
     assert consumer["enable_auto_commit"] is False and consumer["group_id"] == "billing"
 
@@ -82,6 +83,22 @@ def test_url_with_defaults_and_derived_topics() -> None:
 def test_non_idempotent_producer_does_not_retry() -> None:
     config = settings("kafka://b:9092/t?idempotent=false&acks=1").producer_config(lambda: None)
     assert config["retries"] == 0 and config["acks"] == 1 and config["enable_idempotence"] is False
+
+
+def test_idempotent_producer_retries_are_bounded_by_the_settings_the_docs_quote() -> None:
+    """The one retry loop portable does not own (docs/adapters/kafka.md, "Retries"): every
+    bound it has is set explicitly, not left to kafka-python's defaults."""
+    config = settings("kafka://b:9092/t").producer_config(lambda: None)
+    assert config["enable_idempotence"] is True and config["acks"] == "all"
+    assert config["retries"] == float("inf"), "the resends are bounded in time, by delivery_timeout_ms"
+    assert config["delivery_timeout_ms"] == 60000 and config["request_timeout_ms"] == 30000
+    assert config["max_in_flight_requests_per_connection"] == 5
+    assert config["retry_backoff_ms"] == 100
+    shorter = settings("kafka://b:9092/t?delivery_timeout=5&request_timeout=2").producer_config(lambda: None)
+    assert shorter["delivery_timeout_ms"] == 5000 and shorter["request_timeout_ms"] == 2000
+    docs = (Path(__file__).parents[3] / "docs" / "adapters" / "kafka.md").read_text()
+    for quoted in ("delivery_timeout_ms", "max_in_flight_requests_per_connection", "retries"):
+        assert quoted in docs, f"docs/adapters/kafka.md does not quote {quoted}"
 
 
 @pytest.mark.parametrize(
@@ -219,3 +236,30 @@ def test_a_deadline_bounds_the_bootstrap(silent_port: int) -> None:
     with pytest.raises((Unavailable, DeadlineExceeded)), deadline(1.5):
         pm.open_subscription(f"kafka://127.0.0.1:{silent_port}/orders?group=g", policy=QUICK)
     assert time.monotonic() - started < 4
+
+
+# ---------------------------------------------------------------- records -> deliveries
+def test_a_record_with_headers_keeps_them_all_and_a_null_header_value_reads_as_empty() -> None:
+    """kafka-python's producer cannot write a null header value (the Java client can): the
+    delivery is made from a record as kafka-python's fetcher hands it over."""
+    import collections
+
+    from kafka import TopicPartition
+    from portable_kafka._receive import LocalLeases
+
+    record = collections.namedtuple("record", "offset timestamp key value headers")
+    class Leases(LocalLeases):  # the bookkeeping alone, without a consumer
+        ack = nack = receive = None  # type: ignore[assignment]
+
+    leases = Leases()
+    headers = [
+        ("a", None), ("portable.kafka.attempt", b"3"), ("b", b"\xff"), ("a", b"x"),
+        ("portable.kafka.id", b"t/0/1"), ("c", b"\xff"), ("c", b"text"), ("d", b"text"), ("d", b"\xfe"),
+    ]  # fmt: skip
+    m = leases._delivery_with_headers(TopicPartition("t", 0), record(7, 1000, None, None, headers))
+    assert m.headers == (("a", b""), ("b", b"\xff"), ("a", b"x"), ("c", b"\xff"), ("c", b"text"), ("d", b"text"), ("d", b"\xfe"))
+    assert dict(m.attributes) == {"a": "x", "c": "text"}, "the last value of a name wins, if it is text"
+    assert (m.id, m.delivery_attempt) == ("t/0/1", 3), "the retry headers were read, then left out"
+    assert (m.tombstone, m.body, m.key, m.key_bytes) == (True, b"", None, None)
+    again = leases._next_attempt(m)
+    assert (again.headers, again.tombstone, again.delivery_attempt, again.id) == (m.headers, True, 4, m.id)
