@@ -404,6 +404,16 @@ class ChaosStorage(_Classifying, StorageDriver):
         self.inner.delete(key)
         self._after(kind, None)
 
+    def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        kind = self._before("abort_incomplete", prefix, _WRITE)
+        removed = self.inner.abort_incomplete(prefix, older_than)
+        self._after(kind, None)
+        return removed
+
+    def list_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        self._before("list_incomplete", prefix)
+        return self.inner.list_incomplete(prefix, older_than)
+
     def copy(self, src: str, dst: str) -> str | None:
         kind = self._before("copy", dst, _WRITE)
         etag = self.inner.copy(src, dst)
