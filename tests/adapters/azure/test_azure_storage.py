@@ -142,12 +142,13 @@ def test_secrets_never_show_in_repr_or_errors(azure: dict[str, str], blob_contai
 
 # -- Azure-specific behaviour -----------------------------------------------------------
 def test_metadata_names_azure_rejects_are_escaped_and_read_back(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:
-    names = {"content-hash": "1", "1st": "2", "pt_x": "3", "plain": "4", "snake_case": "5"}
+    names = {"content-hash": "1", "1st": "2", "pt_x": "3", "plain": "4", "snake_case": "5", "pt__y": "6", "contenttype": "7"}
     bucket.put("meta", b"x", metadata=names)
     assert dict(bucket.head("meta").metadata) == names
     stored = blob_service(azure).get_blob_client(blob_container, f"{bucket.driver.prefix}/meta").get_blob_properties()  # type: ignore[attr-defined]
     assert set(stored.metadata) == {encode_metadata_name(n) for n in names}
-    assert all(decode_metadata_name(encode_metadata_name(n)) == n for n in [*names, "a__b", "_h", "pt_"])
+    assert set(stored.metadata) == {"pt__content_2dhash", "pt__1st", "pt_x", "plain", "snake_case", "pt__pt_5f_5fy", "pt__contenttype"}
+    assert all(decode_metadata_name(encode_metadata_name(n)) == n for n in [*names, "a__b", "_h", "pt_", "pt__"])
 
 
 def test_a_multi_part_stream_is_committed_as_blocks(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:
