@@ -3,7 +3,11 @@
 Pure string checks with no SDK behind them, so that the fsspec and obstore
 engines of ``s3://``, ``gs://`` and ``az://`` accept exactly the same names
 and URLs, and store metadata in exactly the same form (each engine reads the
-other's objects). Each check returns the name or raises
+other's objects). Metadata names follow one rule where native tools share a
+bucket: a name portable encoded (Azure's ``pt__`` form) reads back as written,
+and every other native name reads as the provider stores it, never decoded
+(the table is in docs/providers.md). The obstore helpers keep the four HTTP
+headers apart from user metadata in both directions. Each check returns the name or raises
 :class:`~portable.errors.InvalidURL` saying what a valid name looks like,
 before any request is sent. The ``parse_*_url`` functions read a scheme's
 location and common options; the caller takes its engine's own options,
