@@ -161,6 +161,24 @@ def test_a_multi_part_stream_is_committed_as_blocks(bucket: Bucket, azure: dict[
     assert uncommitted == []
 
 
+def test_a_block_stream_commits_its_headers_as_content_settings(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:
+    from portable.driver.storage import WriteOptions
+
+    part = 64 * 1024
+    options = WriteOptions(content_type="text/csv", cache_control="no-store", content_encoding="br", content_disposition="inline")
+    stream = bucket.driver.open_write("headers.bin", options, part)
+    for _ in range(3):
+        stream.write(b"z" * part)
+    stream.commit()
+    client = blob_service(azure).get_blob_client(blob_container, f"{bucket.driver.prefix}/headers.bin")  # type: ignore[attr-defined]
+    settings = client.get_blob_properties().content_settings
+    assert (settings.content_type, settings.cache_control, settings.content_encoding, settings.content_disposition) == (
+        "text/csv", "no-store", "br", "inline",
+    )
+    assert bucket.get("headers.bin") == b"z" * 3 * part  # as stored: no decoding of "br"
+    assert bucket.head("headers.bin").content_encoding == "br"
+
+
 def test_a_one_part_stream_is_a_single_put(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:
     with bucket.open("single.bin", "wb", if_none_match="*") as out:
         out.write(b"small")
