@@ -542,22 +542,14 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
 
     # -- leftovers ---------------------------------------------------------
     def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
-        """Remove blobs that hold only uncommitted blocks, last written more than ``older_than`` ago.
+        """Remove blobs that hold only uncommitted blocks (a killed stream's), last written over ``older_than`` ago.
 
-        A killed streamed write leaves its staged blocks under a blob name that
-        has no committed content. Such a blob is listed only with
-        ``include=["uncommittedblobs"]``; each one found there and not in the
-        plain listing is deleted with ``If-Unmodified-Since`` its listed time,
-        so a writer that commits it after the listing (with ``older_than`` of
-        a second or more, its commit is later than that) keeps its blob. Where
-        Delete Blob does not see an uncommitted-only blob (404), the blocks are
-        discarded by a create-only empty Put Blob and that empty blob is
-        deleted on its own etag: an empty object is then visible for that
-        moment. Returns the keys cleared.
-
-        Uncommitted blocks of a blob that also has committed content (a killed
-        overwrite) are not touched: Azure drops them a week after the last
-        Put Block, and removing them here would rewrite the blob.
+        Such a blob is in the ``include=["uncommittedblobs"]`` listing and not in
+        the plain one. Each is deleted on ``If-Unmodified-Since`` its listed time
+        (a blob committed since is kept); where Delete Blob does not see it (404),
+        a create-only empty Put Blob discards the blocks and that empty blob is
+        deleted on its etag. Blocks of a blob with committed content are left to
+        Azure (a week after the last block). Returns the keys cleared.
         """
         full = self._prefix + prefix
         cutoff = dt.datetime.now(dt.UTC) - older_than
