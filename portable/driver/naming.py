@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from .storage import WriteOptions
 
 __all__ = [
-    "AZURE_ENCODED_MARKER",
     "AWSURLOptions",
+    "AZURE_ENCODED_MARKER",
     "AzureBlobURL",
     "GCSURL",
     "GOOGLE_STORAGE_ENDPOINT",
