@@ -3,13 +3,15 @@
 A small hand-written mapping of the spec's attributes (no dependency), in the
 two content modes of the protocol bindings:
 
-* **binary**: each context attribute is a message attribute ``ce_<name>``
-  (the Kafka binding's prefix; ``ce-`` is also read, as Pub/Sub's binding
-  writes it), ``datacontenttype`` travels as ``content-type``, and the body is
-  the event's data, untouched;
-* **structured**: the body is the JSON event format (``data`` as JSON when the
-  content type is JSON, as text for ``text/*``, else ``data_base64``) and the
-  attribute ``content-type`` is ``application/cloudevents+json; charset=utf-8``.
+* **binary**: each context attribute is a message attribute named with the
+  provider's binding prefix (table below), ``datacontenttype`` travels as
+  ``content-type``, and the body is the event's data, untouched;
+* **structured**: the body is the JSON event format and the attribute
+  ``content-type`` is ``application/cloudevents+json; charset=utf-8``.
+  ``data`` keeps its exact bytes: JSON data is embedded as the very text it
+  was (``b'{"order": 42}'`` stays ``b'{"order": 42}'``, spaces included),
+  ``text/*`` data as a JSON string, anything else (and JSON data that is not
+  strict UTF-8 JSON without surrounding whitespace) as ``data_base64``.
 
 >>> from portable.cloudevents import CloudEvent, to_message, from_message
 >>> event = CloudEvent(id="42", source="/orders", type="order.created", data=b'{"n": 1}',
@@ -19,11 +21,48 @@ two content modes of the protocol bindings:
 ('order.created', b'{"n": 1}')
 >>> from_message(body, attributes) == event
 True
+>>> to_message(event, provider="pubsub")[1]["ce-type"]
+'order.created'
+>>> body, attributes = to_message(event, mode="structured")
+>>> from_message(body, {}).data  # no content-type attribute: the body still reads as an event
+b'{"n": 1}'
 
-Events interoperate with other CloudEvents tools: a binary-mode Kafka record
-or a structured JSON body written by the ``cloudevents`` SDK decodes here, and
-back. ``source`` + ``id`` identify an event, so :meth:`Topic.publish_event`
-uses them as the idempotency key and ``Subscription.run`` deduplicates on them.
+Binary mode, per provider (``provider`` is the topic's scheme, ``Topic.provider``):
+
+=============  ===============  ==============================================
+provider       attribute names  binding
+=============  ===============  ==============================================
+``pubsub``     ``ce-id`` ...    the Pub/Sub protocol binding (``ce-`` prefix)
+``kafka``      ``ce_id`` ...    the Kafka protocol binding (``ce_`` headers)
+``sqs``        ``ce_id`` ...    none published; ``ce_`` as Kafka's. At most
+                                ``capabilities.max_attributes`` (9 beside
+                                portable's body marker): an event that needs
+                                more is refused up front, use structured mode
+``azqueue``    ``ce_id`` ...    none; the attributes ride in portable's
+                                envelope (see the Azure Queue page), so a
+                                native consumer sees structured mode better
+``mem``,       ``ce_id`` ...    portable's own (the Kafka form)
+``sqlite``,
+others
+=============  ===============  ==============================================
+
+``datacontenttype`` is the attribute ``content-type`` on every provider (both
+bindings say so). Reading accepts ``ce_`` and ``ce-`` on every provider, and
+``content-type`` in any letter case (the Pub/Sub binding writes
+``Content-Type``).
+
+A message is read as, in this order: structured when its ``content-type``
+attribute is ``application/cloudevents+json``; binary when it has a
+``ce_specversion`` / ``ce-specversion`` attribute; structured when it has no
+such attributes and its body is a JSON object with ``specversion``, ``id``,
+``source`` and ``type`` (native SQS and Azure Queue producers cannot set a
+``content-type`` attribute); anything else is not an event.
+
+Events interoperate with other CloudEvents tools: a binary-mode Kafka record,
+a binary-mode Pub/Sub message or a structured JSON body written by the
+``cloudevents`` SDK decodes here, and back. ``source`` + ``id`` identify an
+event, so :meth:`Topic.publish_event` uses them as the idempotency key and
+``Subscription.run`` deduplicates on them.
 """
 
 from __future__ import annotations
@@ -39,12 +78,22 @@ from typing import Any, Literal
 
 from .errors import InvalidArgument
 
-__all__ = ["STRUCTURED_CONTENT_TYPE", "CloudEvent", "dedup_key_of", "from_message", "to_message"]
+__all__ = [
+    "STRUCTURED_CONTENT_TYPE",
+    "CloudEvent",
+    "binary_prefix",
+    "dedup_key_of",
+    "from_message",
+    "to_message",
+]
 
 STRUCTURED_CONTENT_TYPE = "application/cloudevents+json; charset=utf-8"
-_PREFIX = "ce_"
+#: The binary-mode attribute prefix of each provider whose binding differs from the default.
+_BINARY_PREFIXES: Mapping[str, str] = {"pubsub": "ce-"}
+_DEFAULT_PREFIX = "ce_"
 _CONTEXT = ("id", "source", "specversion", "type", "datacontenttype", "dataschema", "subject", "time")
 _EXTENSION_NAME = re.compile(r"[a-z0-9]{1,20}")
+_JSON_SPACE = " \t\n\r"
 
 
 @dataclass(frozen=True)
@@ -132,27 +181,87 @@ def _is_json(content_type: str | None) -> bool:
     return media == "application/json" or media.endswith("+json") or media == "text/json"
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _exact_json_text(data: bytes) -> str | None:
+    """``data`` as text if it is strict JSON (UTF-8, no NaN) that embeds as itself, else None.
+
+    Surrounding whitespace is not kept by a JSON value's span, so such data
+    is not embedded (it travels as ``data_base64``, byte for byte).
+    """
+    try:
+        text = data.decode("utf-8")
+        json.loads(text, parse_constant=_refuse_constant)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    if not text or text[0] in _JSON_SPACE or text[-1] in _JSON_SPACE:
+        return None
+    return text
+
+
+def binary_prefix(provider: str | None) -> str:
+    """The binary-mode attribute prefix of ``provider`` (a scheme such as ``"pubsub"``).
+
+    ``ce-`` on Pub/Sub (its protocol binding), ``ce_`` everywhere else (the
+    Kafka binding's form). A wrapped scheme (``chaos+pubsub``) is its inner one.
+    """
+    if provider is None:
+        return _DEFAULT_PREFIX
+    return _BINARY_PREFIXES.get(provider.rpartition("+")[2].lower(), _DEFAULT_PREFIX)
+
+
 def to_message(
-    event: CloudEvent, *, mode: Literal["binary", "structured"] = "binary"
+    event: CloudEvent,
+    *,
+    mode: Literal["binary", "structured"] = "binary",
+    provider: str | None = None,
+    max_attributes: int | None = None,
 ) -> tuple[bytes, dict[str, str]]:
-    """Encode ``event`` as (body, attributes) in ``mode``."""
+    """Encode ``event`` as (body, attributes) in ``mode``.
+
+    Args:
+        event: the event.
+        mode: ``binary`` (attributes + data as the body) or ``structured``
+            (the JSON event format as the body).
+        provider: the scheme of the topic it goes to (``Topic.provider``),
+            which picks the binary binding's attribute names (see the module
+            docstring). Defaults to the ``ce_`` form.
+        max_attributes: how many attributes the event may use (the topic's
+            ``capabilities.max_attributes`` less what portable adds, such as
+            the idempotency key). Defaults to no limit.
+
+    Raises:
+        InvalidArgument: a bad ``mode``, or a binary event that needs more
+            than ``max_attributes`` attributes (nothing is cut: the error
+            names the count and the fix, ``mode="structured"``).
+    """
     if mode == "binary":
+        prefix = binary_prefix(provider)
         attributes = {
-            f"{_PREFIX}id": event.id,
-            f"{_PREFIX}source": event.source,
-            f"{_PREFIX}specversion": event.specversion,
-            f"{_PREFIX}type": event.type,
+            f"{prefix}id": event.id,
+            f"{prefix}source": event.source,
+            f"{prefix}specversion": event.specversion,
+            f"{prefix}type": event.type,
         }
         if event.datacontenttype is not None:
             attributes["content-type"] = event.datacontenttype
         if event.dataschema is not None:
-            attributes[f"{_PREFIX}dataschema"] = event.dataschema
+            attributes[f"{prefix}dataschema"] = event.dataschema
         if event.subject is not None:
-            attributes[f"{_PREFIX}subject"] = event.subject
+            attributes[f"{prefix}subject"] = event.subject
         if event.time is not None:
-            attributes[f"{_PREFIX}time"] = _time_text(event.time)
+            attributes[f"{prefix}time"] = _time_text(event.time)
         for name, value in event.extensions.items():
-            attributes[f"{_PREFIX}{name}"] = value
+            attributes[f"{prefix}{name}"] = value
+        if max_attributes is not None and len(attributes) > max_attributes:
+            where = f"{provider}://" if provider else "the topic"
+            raise InvalidArgument(
+                f"this CloudEvent needs {len(attributes)} attributes in binary mode and {where} carries "
+                f"{max_attributes} beside portable's own; publish it with mode='structured' (the whole "
+                "event in the body, no attribute limit) or drop optional attributes or extensions"
+            )
         return event.data, attributes
     if mode != "structured":
         raise InvalidArgument(f"mode must be 'binary' or 'structured', got {mode!r}")
@@ -164,71 +273,156 @@ def to_message(
     if event.time is not None:
         doc["time"] = _time_text(event.time)
     doc.update(event.extensions)
+    raw_json: str | None = None
     if event.data:
         ctype = event.datacontenttype
-        placed = False
         if _is_json(ctype):
-            try:
-                doc["data"] = json.loads(event.data)
-                placed = True
-            except ValueError:
-                pass
+            raw_json = _exact_json_text(event.data)
         elif ctype is not None and ctype.lower().startswith("text/"):
             try:
                 doc["data"] = event.data.decode("utf-8")
-                placed = True
             except UnicodeDecodeError:
                 pass
-        if not placed:
+        if raw_json is None and "data" not in doc:
             doc["data_base64"] = base64.b64encode(event.data).decode("ascii")
-    body = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return body, {"content-type": STRUCTURED_CONTENT_TYPE}
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    if raw_json is not None:  # the data's own text, not a re-serialisation of it
+        text = f'{text[:-1]},"data":{raw_json}}}'
+    return text.encode("utf-8"), {"content-type": STRUCTURED_CONTENT_TYPE}
+
+
+def _content_type(attributes: Mapping[str, str]) -> str | None:
+    value = attributes.get("content-type")
+    if value is not None:
+        return value
+    for name, value in attributes.items():
+        if name.lower() == "content-type":
+            return value
+    return None
 
 
 def _is_structured(attributes: Mapping[str, str]) -> bool:
-    ctype = attributes.get("content-type") or attributes.get("Content-Type") or ""
-    return ctype.lower().startswith("application/cloudevents+json")
+    return (_content_type(attributes) or "").lower().startswith("application/cloudevents+json")
 
 
 def _binary_get(attributes: Mapping[str, str], name: str) -> str | None:
     return attributes.get(f"ce_{name}") or attributes.get(f"ce-{name}")
 
 
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _JSON_SPACE:
+        at += 1
+    return at
+
+
+def _members(text: str) -> tuple[dict[str, Any], str | None]:
+    """The members of the JSON object ``text``, and the exact text of its ``data`` member (or None).
+
+    Raises:
+        ValueError: ``text`` is not one JSON object (a duplicate name keeps its last value, as json does).
+    """
+    decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+    at = _skip_space(text, 0)
+    if text[at : at + 1] != "{":
+        raise ValueError("not a JSON object")
+    members: dict[str, Any] = {}
+    data_text: str | None = None
+    at = _skip_space(text, at + 1)
+    if text[at : at + 1] == "}":
+        at += 1
+    else:
+        while True:
+            if text[at : at + 1] != '"':
+                raise ValueError("a member name must be a string")
+            name, at = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
+            at = _skip_space(text, at)
+            if text[at : at + 1] != ":":
+                raise ValueError("':' expected")
+            start = _skip_space(text, at + 1)
+            value, at = decoder.raw_decode(text, start)
+            members[name] = value
+            if name == "data":
+                data_text = text[start:at]
+            at = _skip_space(text, at)
+            if text[at : at + 1] == ",":
+                at = _skip_space(text, at + 1)
+                continue
+            if text[at : at + 1] != "}":
+                raise ValueError("',' or '}' expected")
+            at += 1
+            break
+    if _skip_space(text, at) != len(text):
+        raise ValueError("text after the JSON object")
+    return members, data_text
+
+
+def _parse_structured(body: bytes) -> tuple[dict[str, Any], str | None]:
+    """The members of a structured event's body and the exact text of its ``data``.
+
+    Raises:
+        InvalidArgument: the body is not a UTF-8 JSON object.
+    """
+    try:
+        return _members(body.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError too
+        raise InvalidArgument("a structured CloudEvent body must be a UTF-8 JSON object") from None
+
+
+def _looks_structured(body: bytes) -> dict[str, Any] | None:
+    """The members of ``body`` if it is a JSON CloudEvent by its own shape, else None (cheap for other bodies)."""
+    start = body[:64].lstrip(_JSON_SPACE.encode())
+    if not start.startswith(b"{") or b'"specversion"' not in body:
+        return None
+    try:
+        members, _ = _members(body.decode("utf-8"))
+    except ValueError:
+        return None
+    if members.get("specversion") != "1.0":
+        return None
+    if not all(isinstance(members.get(n), str) and members[n] for n in ("id", "source", "type")):
+        return None
+    return members
+
+
 def from_message(body: bytes, attributes: Mapping[str, str]) -> CloudEvent:
-    """Decode (body, attributes) in either mode.
+    """Decode (body, attributes) in either mode (the order of the checks is in the module docstring).
 
     Raises:
         InvalidArgument: it is not a CloudEvent, or a required attribute is missing.
     """
-    if _is_structured(attributes):
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            raise InvalidArgument("a structured CloudEvent body must be JSON") from None
-        if not isinstance(doc, dict):
-            raise InvalidArgument("a structured CloudEvent body must be a JSON object")
+    binary = not _is_structured(attributes) and _binary_get(attributes, "specversion") is not None
+    if not binary and not _is_structured(attributes) and _looks_structured(body) is None:
+        raise InvalidArgument(
+            "the message is not a CloudEvent: no ce_specversion attribute, no structured content-type, "
+            "and the body is not a JSON CloudEvent"
+        )
+    if not binary:
+        doc, data_text = _parse_structured(body)
         data = b""
         if "data_base64" in doc:
             try:
                 data = base64.b64decode(doc.pop("data_base64"), validate=True)
-            except (binascii.Error, TypeError):
+            except (binascii.Error, TypeError, ValueError):
                 raise InvalidArgument("CloudEvent data_base64 is not base64") from None
+            doc.pop("data", None)
         elif "data" in doc:
             value = doc.pop("data")
             ctype = doc.get("datacontenttype")
-            if isinstance(value, str) and not _is_json(ctype):
+            if isinstance(value, str) and not _is_json(ctype if isinstance(ctype, str) else None):
                 data = value.encode("utf-8")
             else:
-                data = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+                assert data_text is not None
+                data = data_text.encode("utf-8")  # the exact text the producer wrote
         fields_ = {str(k): v for k, v in doc.items()}
+        for name in ("id", "source", "type", "specversion", "datacontenttype", "dataschema", "subject", "time"):
+            if fields_.get(name) is not None and not isinstance(fields_[name], str):
+                raise InvalidArgument(f"CloudEvent {name} must be a JSON string, got {fields_[name]!r}")
     else:
-        if _binary_get(attributes, "specversion") is None:
-            raise InvalidArgument("the message is not a CloudEvent: no ce_specversion attribute, no structured content-type")
         fields_ = {}
         for name, value in attributes.items():
             if name[:3] in ("ce_", "ce-"):
                 fields_[name[3:]] = value
-        ctype = attributes.get("content-type")
+        ctype = _content_type(attributes)
         if ctype is not None:
             fields_["datacontenttype"] = ctype
         data = body
@@ -253,15 +447,25 @@ def from_message(body: bytes, attributes: Mapping[str, str]) -> CloudEvent:
 
 
 def dedup_key_of(body: bytes, attributes: Mapping[str, str]) -> str | None:
-    """The idempotency key of a CloudEvent message (source + id), or None if it is not one."""
+    """The idempotency key of a CloudEvent message (source + id), or None if it is not one.
+
+    A body is parsed only when the attributes say it is a structured event,
+    or when there are no CloudEvent attributes and it starts like a JSON
+    CloudEvent (``{`` and a ``"specversion"`` member).
+    """
     source, event_id = _binary_get(attributes, "source"), _binary_get(attributes, "id")
     if source and event_id:
         return _dedup(source, event_id)
+    doc: dict[str, Any] | None
     if _is_structured(attributes):
         try:
-            doc = json.loads(body)
+            doc, _ = _members(body.decode("utf-8"))
         except ValueError:
             return None
-        if isinstance(doc, dict) and doc.get("source") and doc.get("id"):
-            return _dedup(str(doc["source"]), str(doc["id"]))
+    elif _binary_get(attributes, "specversion") is None:
+        doc = _looks_structured(body)
+    else:
+        return None
+    if doc and isinstance(doc.get("source"), str) and isinstance(doc.get("id"), str) and doc["source"] and doc["id"]:
+        return _dedup(doc["source"], doc["id"])
     return None

@@ -17,6 +17,8 @@ from portable.driver.http import code_of_status, range_header
 from portable.driver.limits import azure_blob_capabilities, gcs_capabilities, s3_capabilities
 from portable.driver.naming import (
     GOOGLE_STORAGE_ENDPOINT,
+    OBSTORE_HEADER_FIELDS,
+    OBSTORE_HEADER_NAMES,
     AWSURLOptions,
     check_azure_account_name,
     check_azure_container_or_queue_name,
@@ -26,19 +28,77 @@ from portable.driver.naming import (
     decode_azure_metadata_name,
     encode_azure_metadata_name,
     gcs_endpoint,
+    obstore_write_attributes,
     parse_gcs_url,
     parse_s3_url,
+    split_obstore_attributes,
 )
 from portable.driver.storage import WriteOptions
 from portable.errors import ErrorCode
 from portable.urls import parse_url
 
 
-@pytest.mark.parametrize("name", ["run_id", "content-hash", "pt_x", "a__b", "x-_-y", "Owner"])
+@pytest.mark.parametrize(
+    "name", ["run_id", "content-hash", "pt_x", "pt__x", "a__b", "x-_-y", "1st", "_h", "contenttype", "a" * 128]
+)
 def test_azure_metadata_names_round_trip_as_identifiers(name):
     stored = encode_azure_metadata_name(name)
-    assert stored.replace("_", "a").isalnum()
+    assert stored.replace("_", "a").isalnum() and not stored[0].isdigit()
     assert decode_azure_metadata_name(stored) == name
+
+
+@pytest.mark.parametrize(
+    ("name", "stored"),
+    [
+        ("plain", "plain"),
+        ("snake_case", "snake_case"),
+        ("pt_x", "pt_x"),  # the old marker is an ordinary name now
+        ("x-trace", "pt__x_2dtrace"),
+        ("1st", "pt__1st"),
+        ("pt__x", "pt__pt_5f_5fx"),  # a name that starts with the marker is encoded too
+        ("cachecontrol", "pt__cachecontrol"),  # obstore would send it as a header
+    ],
+)
+def test_azure_metadata_names_are_stored_in_the_documented_form(name, stored):
+    assert encode_azure_metadata_name(name) == stored
+
+
+@pytest.mark.parametrize(
+    ("native", "read"),
+    [
+        ("Owner", "owner"),  # Azure compares names without case: lower case, as on S3
+        ("pt_raw", "pt_raw"),  # the old marker is never decoded
+        ("pt_user_hash", "pt_user_hash"),
+        ("pt_content_hhash", "pt_content_hhash"),
+        ("pt__owner", "pt__owner"),  # marker, but portable writes 'owner' bare
+        ("pt__x_y", "pt__x_y"),  # a lone '_' is no escape
+        ("pt__x_5f", "pt__x_5f"),  # 'x_' is an identifier: portable would not encode it
+        ("pt__", "pt__"),
+        ("PT__X_2DTRACE", "x-trace"),  # exactly portable's form, in another case
+    ],
+)
+def test_a_native_azure_name_is_decoded_only_when_it_is_exactly_portables_form(native, read):
+    assert decode_azure_metadata_name(native) == read
+
+
+def test_obstore_attributes_keep_headers_and_metadata_apart():
+    options = WriteOptions(
+        content_type="text/csv", metadata={"x-trace": "m"}, cache_control="no-cache",
+        content_encoding="gzip", content_disposition="inline",
+    )
+    assert obstore_write_attributes(options, encode_azure_metadata_name) == {
+        "pt__x_2dtrace": "m", "Content-Type": "text/csv", "Cache-Control": "no-cache",
+        "Content-Encoding": "gzip", "Content-Disposition": "inline",
+    }
+    assert obstore_write_attributes(WriteOptions()) is None
+    headers, metadata = split_obstore_attributes(
+        {"Content-Type": "text/csv", "content-type": "meta", "Cache-Control": "no-cache", "Content-Language": "en",
+         "pt__x_2dtrace": "m"},
+        decode_azure_metadata_name,
+    )
+    assert headers == {"content_type": "text/csv", "cache_control": "no-cache"}
+    assert metadata == {"content-type": "meta", "x-trace": "m"}  # a metadata entry named content-type stays metadata
+    assert all(name.lower() in OBSTORE_HEADER_NAMES for name in OBSTORE_HEADER_FIELDS)
 
 
 @pytest.mark.parametrize(

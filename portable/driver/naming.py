@@ -3,7 +3,11 @@
 Pure string checks with no SDK behind them, so that the fsspec and obstore
 engines of ``s3://``, ``gs://`` and ``az://`` accept exactly the same names
 and URLs, and store metadata in exactly the same form (each engine reads the
-other's objects). Each check returns the name or raises
+other's objects). Metadata names follow one rule where native tools share a
+bucket: a name portable encoded (Azure's ``pt__`` form) reads back as written,
+and every other native name reads as the provider stores it, never decoded
+(the table is in docs/providers.md). The obstore helpers keep the four HTTP
+headers apart from user metadata in both directions. Each check returns the name or raises
 :class:`~portable.errors.InvalidURL` saying what a valid name looks like,
 before any request is sent. The ``parse_*_url`` functions read a scheme's
 location and common options; the caller takes its engine's own options,
@@ -14,18 +18,23 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from ..errors import InvalidURL
 
 if TYPE_CHECKING:
     from ..urls import ParsedURL
+    from .storage import WriteOptions
 
 __all__ = [
     "AWSURLOptions",
+    "AZURE_ENCODED_MARKER",
     "AzureBlobURL",
     "GCSURL",
     "GOOGLE_STORAGE_ENDPOINT",
+    "OBSTORE_HEADER_FIELDS",
+    "OBSTORE_HEADER_NAMES",
     "S3URL",
     "check_azure_account_name",
     "check_azure_container_or_queue_name",
@@ -36,10 +45,12 @@ __all__ = [
     "decode_azure_metadata_name",
     "encode_azure_metadata_name",
     "gcs_endpoint",
+    "obstore_write_attributes",
     "parse_azure_blob_url",
     "parse_gcs_url",
     "parse_s3_url",
     "reject_azure_inline_secrets",
+    "split_obstore_attributes",
     "take_aws_options",
 ]
 
@@ -48,7 +59,7 @@ _GCS_BUCKET_CHARS = re.compile(r"^[a-z0-9][a-z0-9._-]*[a-z0-9]$")
 _AZURE_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
 _AZURE_CONTAINER = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
 _CS_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ESCAPE = "pt_"
+_PORTABLE_METADATA_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}$")
 _AWS_REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}-\d{1,2}$")
 _HTTP_ENDPOINT = re.compile(r"^https?://[^/?#\s]+")
 
@@ -116,27 +127,114 @@ def check_azure_container_or_queue_name(name: str, what: str) -> str:
     return name
 
 
+# ---------------------------------------------------------------- metadata names
+#: The marker of an Azure metadata name that portable encoded: no native writer starts a name
+#: with it by accident, and a name that carries it is decoded only when it is exactly what
+#: :func:`encode_azure_metadata_name` writes (so ``pt__nosuch`` or ``pt_raw`` read as written).
+AZURE_ENCODED_MARKER = "pt__"
+#: Names that obstore's attribute mapping sends as HTTP headers (any letter case), never as user
+#: metadata: on Azure both engines store them encoded; obstore's GCS engine refuses them.
+OBSTORE_HEADER_NAMES = frozenset(
+    {
+        "cache-control",
+        "cachecontrol",
+        "content-disposition",
+        "contentdisposition",
+        "content-encoding",
+        "contentencoding",
+        "content-language",
+        "contentlanguage",
+        "content-type",
+        "contenttype",
+    }
+)
+_AZURE_ESCAPES = {"_": "_5f", "-": "_2d"}
+_AZURE_ENCODED = re.compile(r"^pt__(?:[a-z0-9]|_5f|_2d)+$")
+_AZURE_ESCAPE = re.compile(r"_(5f|2d)")
+
+
 def encode_azure_metadata_name(name: str) -> str:
-    """Store a portable metadata name as a C# identifier (Azure's rule), reversibly."""
-    if _CS_IDENTIFIER.match(name) and not name.startswith(_ESCAPE):
+    """The name under which Azure stores the portable metadata name ``name`` (lower case, as the Bucket passes it).
+
+    Azure takes only C# identifiers (``[A-Za-z_][A-Za-z0-9_]*``). A name that
+    is one is stored as it is, unless it starts with :data:`AZURE_ENCODED_MARKER`
+    or is in :data:`OBSTORE_HEADER_NAMES`; every other name is stored as the
+    marker followed by the name with ``_`` written ``_5f`` and ``-`` written
+    ``_2d`` (its hex code, ``_`` as the escape): ``x-trace`` is ``pt__x_2dtrace``,
+    ``1st`` is ``pt__1st``, ``contenttype`` is ``pt__contenttype``.
+    """
+    lowered = name.lower()
+    if (
+        _CS_IDENTIFIER.match(name)
+        and not lowered.startswith(AZURE_ENCODED_MARKER)
+        and lowered not in OBSTORE_HEADER_NAMES
+    ):
         return name
-    return _ESCAPE + name.replace("_", "__").replace("-", "_h")
+    return AZURE_ENCODED_MARKER + "".join(_AZURE_ESCAPES.get(c, c) for c in name)
 
 
-def decode_azure_metadata_name(name: str) -> str:
-    """Invert :func:`encode_azure_metadata_name` (other names come back unchanged)."""
-    if not name.startswith(_ESCAPE):
+def decode_azure_metadata_name(stored: str) -> str:
+    """The portable name of the Azure metadata name ``stored``: lower case, decoded only if portable encoded it.
+
+    Azure compares metadata names without regard to case, so a name reads in
+    lower case (a native ``Owner`` is ``owner``, as on S3). A name is decoded
+    only when it is exactly what :func:`encode_azure_metadata_name` writes for
+    some portable name; every other native name (``pt_raw``, ``pt__x_y``,
+    ``pt__owner``) is passed through as it is, lower-cased.
+    """
+    lowered = stored.lower()
+    if not _AZURE_ENCODED.match(lowered):
+        return lowered
+    body = lowered[len(AZURE_ENCODED_MARKER) :]
+    name = _AZURE_ESCAPE.sub(lambda m: "_" if m[1] == "5f" else "-", body)
+    if _PORTABLE_METADATA_NAME.match(name) and encode_azure_metadata_name(name) == lowered:
         return name
-    body, out, i = name[len(_ESCAPE) :], [], 0
-    while i < len(body):
-        pair = body[i : i + 2]
-        if pair in ("__", "_h"):
-            out.append("_" if pair == "__" else "-")
-            i += 2
-        else:
-            out.append(body[i])
-            i += 1
-    return "".join(out)
+    return lowered
+
+
+#: The header attributes obstore reports, by the exact names it gives them (user metadata comes
+#: under the name it was stored with, lower case from an HTTP header), and the ObjectInfo field of each.
+OBSTORE_HEADER_FIELDS: Mapping[str, str] = {
+    "Content-Type": "content_type",
+    "Cache-Control": "cache_control",
+    "Content-Encoding": "content_encoding",
+    "Content-Disposition": "content_disposition",
+}
+#: Headers obstore may report that no ObjectInfo field holds: dropped, never taken as metadata.
+_OBSTORE_OTHER_HEADERS = frozenset({"Content-Language"})
+
+
+def obstore_write_attributes(
+    options: WriteOptions, metadata_name: Callable[[str], str] = str
+) -> dict[str, str] | None:
+    """The obstore ``attributes`` of a write: the four headers under obstore's names, then the
+    metadata under ``metadata_name(name)`` (the caller makes sure none is a header name)."""
+    attrs = {metadata_name(k): v for k, v in options.metadata.items()}
+    for header, field_name in OBSTORE_HEADER_FIELDS.items():
+        value = getattr(options, field_name)
+        if value is not None:
+            attrs[header] = value
+    return attrs or None
+
+
+def split_obstore_attributes(
+    attributes: Mapping[str, str] | None, metadata_name: Callable[[str], str] = str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Split the attributes obstore read into (ObjectInfo header fields, user metadata).
+
+    obstore names a header attribute exactly as :data:`OBSTORE_HEADER_FIELDS`
+    does and a metadata entry by its stored name, so a user metadata entry
+    named ``content-type`` stays metadata.
+    """
+    headers: dict[str, str] = {}
+    metadata: dict[str, str] = {}
+    for name, value in (attributes or {}).items():
+        field_name = OBSTORE_HEADER_FIELDS.get(name)
+        if field_name is not None:
+            headers[field_name] = value
+        elif name not in _OBSTORE_OTHER_HEADERS:
+            metadata[metadata_name(name)] = value
+    return headers, metadata
 
 
 def check_prefix_segments(prefix: str) -> str:

@@ -39,10 +39,28 @@ Keys and names:
     ``capabilities.max_key_bytes`` is 1,024 minus the prefix and its slash; a
     longer key raises InvalidKey before any request. Container names are 3-63
     lower-case letters, digits and single hyphens (InvalidURL otherwise).
-    Metadata names must be C# identifiers on Azure; portable names that are
-    not (``content-hash``, ``1st``) or that start with ``pt_`` are stored
-    escaped (``pt_content_hhash``) and read back as written. Azure trims
-    leading and trailing spaces of metadata values.
+    Metadata names must be C# identifiers on Azure. A portable name that is
+    one is stored as it is; any other (``x-trace``, ``1st``), one that starts
+    with ``pt__`` and the header names obstore would send as headers
+    (``contenttype``, ...) are stored as ``pt__`` + the name with ``_`` as
+    ``_5f`` and ``-`` as ``_2d`` (``x-trace`` is ``pt__x_2dtrace``). Reading,
+    a name is decoded only when it is exactly that form of some portable
+    name; every other native name reads as it is, lower-cased (Azure compares
+    names without case): ``Owner`` is ``owner``, ``pt_raw`` is ``pt_raw``.
+    :func:`portable.driver.naming.decode_azure_metadata_name` has the rule;
+    docs/providers.md the table. Azure trims leading and trailing spaces of
+    metadata values.
+
+Headers:
+    ``content_type``, ``cache_control``, ``content_encoding`` and
+    ``content_disposition`` are the blob's ContentSettings (``x-ms-blob-*``),
+    reported by ``head``; metadata never becomes one. Reads return the bytes
+    as stored (``decompress=False``: azure-storage-blob would gunzip a
+    ``Content-Encoding: gzip`` blob).
+
+Leftovers:
+    ``abort_incomplete`` deletes blobs that hold only uncommitted blocks
+    (what a killed streamed write leaves), never a committed blob.
 
 Clients:
     Single-object calls (get, put, head, delete, copy, ranges, streams,
@@ -151,7 +169,7 @@ decode_metadata_name = decode_azure_metadata_name
 
 # ------------------------------------------------------------------ metadata names
 def _decode_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
-    return {decode_metadata_name(k.lower()): v for k, v in (metadata or {}).items()}
+    return {decode_metadata_name(k): v for k, v in (metadata or {}).items()}
 
 
 def _etag_of(response: Mapping[str, Any]) -> str | None:
@@ -196,7 +214,9 @@ class _BlobBatches:
         from azure.core.exceptions import ResourceModifiedError
 
         try:
-            stream = await self._container.download_blob(name, max_concurrency=self._max_concurrency, **self._kw())
+            stream = await self._container.download_blob(
+                name, max_concurrency=self._max_concurrency, decompress=False, **self._kw()
+            )
             data: bytes = await stream.readall()
         except ResourceModifiedError as exc:
             raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
@@ -360,8 +380,14 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
         from azure.storage.blob import ContentSettings
 
         kw: dict[str, Any] = {}
-        if options.content_type is not None:
-            kw["content_settings"] = ContentSettings(content_type=options.content_type)
+        headers = {
+            "content_type": options.content_type,
+            "cache_control": options.cache_control,
+            "content_encoding": options.content_encoding,
+            "content_disposition": options.content_disposition,
+        }
+        if any(value is not None for value in headers.values()):
+            kw["content_settings"] = ContentSettings(**headers)  # the blob's real headers
         if options.metadata:
             kw["metadata"] = {encode_metadata_name(k): v for k, v in options.metadata.items()}
         if options.if_match is not None:
@@ -378,7 +404,11 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
 
         name = self._prefix + key
         try:
-            data: bytes = self._blob(name).download_blob(max_concurrency=self._max_concurrency, **self._kw()).readall()
+            data: bytes = (
+                self._blob(name)
+                .download_blob(max_concurrency=self._max_concurrency, decompress=False, **self._kw())
+                .readall()
+            )
         except ResourceModifiedError as exc:
             raise BlobChangedWhileReading(f"{name} changed while it was read") from exc
         return data
@@ -395,7 +425,11 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
             kw.update(etag=etag, match_condition=MatchConditions.IfNotModified)
         try:
             stream = self._blob(name).download_blob(
-                offset=start, length=None if end is None else end - start, max_concurrency=self._max_concurrency, **kw
+                offset=start,
+                length=None if end is None else end - start,
+                max_concurrency=self._max_concurrency,
+                decompress=False,
+                **kw,
             )
             data: bytes = stream.readall()
         except HttpResponseError as exc:
@@ -406,13 +440,17 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
 
     def head(self, key: str) -> ObjectInfo:
         props = self._blob(self._name(key)).get_blob_properties(**self._kw())
+        settings = props.content_settings
         return ObjectInfo(
             key=key,
             size=props.size,
             etag=props.etag,
             modified=props.last_modified,
-            content_type=props.content_settings.content_type,
+            content_type=settings.content_type,
             metadata=_decode_metadata(props.metadata),
+            cache_control=settings.cache_control,
+            content_encoding=settings.content_encoding,
+            content_disposition=settings.content_disposition,
         )
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
@@ -501,6 +539,66 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
             if objects or prefixes or next_token is None:
                 break  # a page filtered empty by start_after is skipped, not returned
         return ListPage(objects, prefixes, next_token)
+
+    # -- leftovers ---------------------------------------------------------
+    def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """Remove blobs that hold only uncommitted blocks (a killed stream's), last written over ``older_than`` ago.
+
+        Such a blob is in the ``include=["uncommittedblobs"]`` listing and not in
+        the plain one. Each is deleted on ``If-Unmodified-Since`` its listed time
+        (a blob committed since is kept); where Delete Blob does not see it (404),
+        a create-only empty Put Blob discards the blocks and that empty blob is
+        deleted on its etag. Blocks of a blob with committed content are left to
+        Azure (a week after the last block). Returns the keys cleared.
+        """
+        full = self._prefix + prefix
+        cutoff = dt.datetime.now(dt.UTC) - older_than
+        kw = self._kw()
+        committed = iter(self._sync_container.list_blobs(name_starts_with=full, **kw))
+        current = next(committed, None)
+        removed: list[str] = []
+        item: Any
+        for item in self._sync_container.list_blobs(name_starts_with=full, include=["uncommittedblobs"], **kw):
+            while current is not None and current.name < item.name:
+                current = next(committed, None)
+            if current is not None and current.name == item.name:
+                continue  # it has committed content
+            written = item.last_modified or item.creation_time
+            if written is None or written > cutoff:
+                continue
+            if self._discard_uncommitted(item.name, written):
+                removed.append(item.name[len(self._prefix) :])
+        return removed
+
+    def _discard_uncommitted(self, name: str, written: dt.datetime) -> bool:
+        """Clear blob ``name``, uncommitted-only as listed at ``written``; False if a writer committed it since."""
+        from azure.core import MatchConditions
+        from azure.core.exceptions import (
+            ResourceExistsError,
+            ResourceModifiedError,
+            ResourceNotFoundError,
+        )
+
+        blob = self._blob(name)
+        try:
+            blob.delete_blob(if_unmodified_since=written, **self._kw())
+            return True
+        except ResourceModifiedError:
+            return False  # committed (or written again) since the listing
+        except ResourceNotFoundError as exc:
+            if error_code(exc) == "ContainerNotFound":
+                raise
+        try:
+            result = blob.upload_blob(b"", overwrite=False, **self._kw())  # If-None-Match: *
+        except (ResourceExistsError, ResourceModifiedError):
+            return False  # a writer committed it since the listing
+        try:
+            blob.delete_blob(etag=result["etag"], match_condition=MatchConditions.IfNotModified, **self._kw())
+        except ResourceModifiedError:
+            return False  # a writer replaced the empty blob: it is theirs now
+        except ResourceNotFoundError:
+            pass
+        return True
 
     # -- signed URLs -------------------------------------------------------
     def signed_url(

@@ -31,6 +31,23 @@ Names and keys:
     UTF-8 bytes *including the URL's prefix and its slash*, so
     ``capabilities.max_key_bytes`` shrinks by the prefix's length.
 
+Metadata and headers:
+    User metadata is the object's ``metadata`` map and nothing else: a name
+    such as ``cache-control`` stays metadata. GCS names are case-sensitive
+    and ``head`` reports each exactly as stored (a native ``Owner`` reads as
+    ``Owner``, apart from an ``owner``); portable writes names lower-cased
+    (the Bucket's rule), and nothing is encoded. ``content_type``,
+    ``cache_control``, ``content_encoding`` and ``content_disposition`` are
+    the object's ``contentType``, ``cacheControl``, ``contentEncoding`` and
+    ``contentDisposition``, reported by ``head``. Reads return the bytes as
+    stored: an object with ``contentEncoding: gzip`` is not gunzipped (the
+    driver accepts gzip, so GCS does not transcode, and does not decompress).
+    The whole table: docs/providers.md, "metadata names".
+
+Leftovers:
+    ``abort_incomplete`` returns ``[]``: a killed streamed write leaves only
+    a resumable session, which no API lists and which expires in a week.
+
 Etags and conditions:
     The etag portable reports is the object's *generation* (a decimal
     string), not GCS's content ``etag``: ``put(..., if_match=etag)`` sends
@@ -94,6 +111,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import gzip
 import inspect
 import json
 import os
@@ -181,14 +199,44 @@ def _parse_time(value: str | None) -> dt.datetime | None:
 
 
 def _info(key: str, resource: Mapping[str, Any], with_metadata: bool) -> ObjectInfo:
+    """The ObjectInfo of a JSON API object resource; metadata names as GCS keeps them (case too)."""
+    if not with_metadata:
+        return ObjectInfo(
+            key=key,
+            size=int(resource.get("size", 0)),
+            etag=str(resource["generation"]) if "generation" in resource else None,
+            modified=_parse_time(resource.get("updated")),
+            content_type=resource.get("contentType"),
+        )
     return ObjectInfo(
         key=key,
         size=int(resource.get("size", 0)),
         etag=str(resource["generation"]) if "generation" in resource else None,
         modified=_parse_time(resource.get("updated")),
         content_type=resource.get("contentType"),
-        metadata=dict(resource.get("metadata") or {}) if with_metadata else {},
+        metadata=dict(resource.get("metadata") or {}),
+        cache_control=resource.get("cacheControl"),
+        content_encoding=resource.get("contentEncoding"),
+        content_disposition=resource.get("contentDisposition"),
     )
+
+
+def _resource(name: str, options: WriteOptions) -> dict[str, Any]:
+    """The JSON API object resource of a write: content type, the three headers, user metadata.
+
+    Metadata goes only to ``metadata`` (GCS keeps it apart from headers), so a
+    metadata name such as ``cache-control`` stays user metadata.
+    """
+    resource: dict[str, Any] = {"name": name, "contentType": options.content_type or "application/octet-stream"}
+    if options.cache_control is not None:
+        resource["cacheControl"] = options.cache_control
+    if options.content_encoding is not None:
+        resource["contentEncoding"] = options.content_encoding
+    if options.content_disposition is not None:
+        resource["contentDisposition"] = options.content_disposition
+    if options.metadata:
+        resource["metadata"] = dict(options.metadata)
+    return resource
 
 
 def _confirmed_bytes(headers: Mapping[str, str]) -> int:
@@ -320,6 +368,9 @@ class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
                 requests_timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout),
                 skip_instance_cache=True,
                 use_listings_cache=False,
+                # bodies as stored: aiohttp would gunzip a Content-Encoding: gzip object (it asks
+                # for gzip, so GCS sends the stored bytes rather than transcoding them)
+                session_kwargs={"auto_decompress": False},
                 **kwargs,
             )
         except google.auth.exceptions.DefaultCredentialsError as exc:
@@ -391,7 +442,9 @@ class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
         return status, headers, body
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        _status, _headers, body = await self._request(method, path, **kwargs)
+        _status, headers, body = await self._request(method, path, **kwargs)
+        if body and (headers.get("Content-Encoding") or "").lower() == "gzip":
+            body = gzip.decompress(body)  # the session does not decompress (media bodies stay as stored)
         return json.loads(body) if body else {}
 
     @staticmethod
@@ -446,10 +499,8 @@ class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
 
     async def _simple_upload(self, name: str, data: bytes, options: WriteOptions, conditions: Mapping[str, str]) -> str:
         boundary = uuid.uuid4().hex
-        content_type = options.content_type or "application/octet-stream"
-        resource: dict[str, Any] = {"name": name, "contentType": content_type}
-        if options.metadata:
-            resource["metadata"] = dict(options.metadata)
+        resource = _resource(name, options)
+        content_type = resource["contentType"]
         body = b"".join(
             (
                 f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode(),
@@ -542,6 +593,16 @@ class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
     ) -> ListPage:
         return self._run(self._alist, prefix, delimiter, start_after, page_size, token)
 
+    def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """Return ``[]``: this engine leaves nothing to remove that an API can list.
+
+        A killed streamed write leaves a resumable upload session, which holds
+        the chunks sent so far out of sight; GCS offers no call that lists
+        sessions, bills nothing visible for them, and expires each a week after
+        it began. Nothing else is ever written before a commit.
+        """
+        return []
+
     # -- signed URLs, escape hatches ---------------------------------------------
     def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
@@ -615,11 +676,8 @@ class _ResumableUpload:
         self.buffer += data
 
     async def _start(self) -> str:
-        resource: dict[str, Any] = {"name": self.name}
-        content_type = self.options.content_type or "application/octet-stream"
-        resource["contentType"] = content_type
-        if self.options.metadata:
-            resource["metadata"] = dict(self.options.metadata)
+        resource = _resource(self.name, self.options)
+        content_type = resource["contentType"]
         _status, headers, _body = await self.driver._request(
             "POST",
             f"{self.driver.endpoint}/upload/storage/v1/b/{self.driver._bucket_q}/o",

@@ -38,9 +38,14 @@ Options (the same as the fsspec engine's):
 Keys and names:
     A blob name (``PREFIX/`` + key) is at most 1,024 characters. Container
     names are 3-63 lower-case letters, digits and single hyphens. Metadata
-    names that are not C# identifiers are stored escaped exactly as the fsspec
-    engine stores them (``content-hash`` -> ``pt_content_hhash``), so both
-    engines read each other's objects.
+    names that are not C# identifiers (and ``contenttype``-like names that
+    object_store would send as headers) are stored encoded exactly as the
+    fsspec engine stores them (``content-hash`` -> ``pt__content_2dhash``),
+    and native names are read by the same rule, so both engines read each
+    other's objects (:mod:`portable_azure.blob` describes the rule). The four
+    headers (``content_type``, ``cache_control``, ``content_encoding``,
+    ``content_disposition``) are the blob's real headers, reported by ``head``;
+    reads return the bytes as stored.
 
 Retries:
     obstore's retries are off (``max_retries=0``); only
@@ -65,6 +70,8 @@ Known differences from the fsspec engine:
     * A streamed write with a condition is limited to one Put Blob (5,000 MiB).
     * With ``auth=identity`` or ``sas`` there is no shared key: ``signed_url``
       raises Unsupported.
+    * ``abort_incomplete`` raises Unsupported (object_store cannot list
+      uncommitted blobs): use ``?engine=fsspec`` for it.
 """
 
 from __future__ import annotations
@@ -84,10 +91,12 @@ from portable.driver.naming import (
     check_prefix_segments,
     decode_azure_metadata_name,
     encode_azure_metadata_name,
+    obstore_write_attributes,
     parse_azure_blob_url,
+    split_obstore_attributes,
 )
 from portable.driver.redaction import redact
-from portable.driver.storage import WriteOptions
+from portable.driver.storage import ObjectInfo, WriteOptions
 from portable.errors import Unsupported
 from portable.urls import ParsedURL
 
@@ -167,15 +176,38 @@ class ObstoreAzureStorage(ObstoreStorage):
 
     # -- hooks ----------------------------------------------------------
     def attributes(self, options: WriteOptions) -> dict[str, str] | None:
-        if options.content_type is None and not options.metadata:
-            return None
-        attrs = {encode_metadata_name(k): v for k, v in options.metadata.items()}
-        if options.content_type is not None:
-            attrs["Content-Type"] = options.content_type
-        return attrs
+        # an encoded name is never one obstore sends as a header (contenttype is pt__contenttype)
+        return obstore_write_attributes(options, encode_metadata_name)
 
     def metadata_name(self, stored: str) -> str:
-        return decode_metadata_name(stored.lower())
+        return decode_metadata_name(stored)
+
+    def _info(self, key: str, meta: Mapping[str, Any], attributes: Mapping[str, str] | None) -> ObjectInfo:
+        headers, metadata = split_obstore_attributes(attributes, decode_metadata_name)
+        return ObjectInfo(
+            key=key,
+            size=int(meta.get("size", 0)),
+            etag=self.etag_of(meta),
+            modified=meta.get("last_modified"),
+            content_type=headers.get("content_type"),
+            metadata=metadata,
+            cache_control=headers.get("cache_control"),
+            content_encoding=headers.get("content_encoding"),
+            content_disposition=headers.get("content_disposition"),
+        )
+
+    def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """Refuse: object_store cannot list uncommitted blobs.
+
+        Raises:
+            Unsupported: always, naming the engine that can (``?engine=fsspec``).
+        """
+        raise Unsupported(
+            f"the obstore engine of {self.scheme}:// cannot list blobs that hold only uncommitted blocks "
+            "(object_store has no such listing); open the same URL with ?engine=fsspec for "
+            "abort_incomplete, or let Azure drop them (a week after the last block)",
+            provider=self.scheme,
+        )
 
     def list_etag(self, meta: Mapping[str, Any]) -> str | None:
         etag = meta.get("e_tag")

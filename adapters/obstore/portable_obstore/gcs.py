@@ -27,6 +27,16 @@ Names and keys:
     Bucket names follow GCS's rules (InvalidURL otherwise). A key with the
     URL's prefix is at most 1,024 UTF-8 bytes.
 
+Metadata and headers:
+    ``content_type``, ``cache_control``, ``content_encoding`` and
+    ``content_disposition`` are the object's real headers, reported by
+    ``head``. User metadata goes as ``x-goog-meta-*``; object_store would send
+    a metadata name in :data:`~portable.driver.naming.OBSTORE_HEADER_NAMES`
+    (``cache-control``, ``contenttype``, ...) as that header instead, so such
+    a name raises InvalidArgument before any request (the fsspec engine
+    stores it). Reads return the bytes as stored (``Accept-Encoding: gzip``
+    is sent, so GCS does not transcode a gzip-encoded object).
+
 Etags and conditions:
     As on the fsspec engine, the portable etag is the object's *generation*:
     ``if_match=etag`` is sent as ``x-goog-if-generation-match`` (obstore's
@@ -55,6 +65,11 @@ Known differences:
     * Listings report the object's content etag when object_store's listing
       carries no generation; ``head`` always reports the generation.
     * A delimited ``list`` reads the whole level for each page.
+    * Metadata names read lower-cased: the XML API sends them as HTTP headers,
+      which fold case, so a native ``Owner`` reads as ``owner`` (and of
+      ``Owner`` and ``owner`` one is lost); the fsspec engine reports GCS's case.
+    * ``abort_incomplete`` raises Unsupported: large streams are XML multipart
+      uploads, which object_store cannot list.
 """
 
 from __future__ import annotations
@@ -69,14 +84,17 @@ from portable.driver.conditions import CREATE_ONLY_GENERATION, generation_precon
 from portable.driver.limits import GCS_MAX_OBJECT_BYTES, gcs_capabilities
 from portable.driver.naming import (
     GOOGLE_STORAGE_ENDPOINT,
+    OBSTORE_HEADER_NAMES,
     check_gcs_bucket_name,
     check_http_endpoint,
     check_prefix_segments,
     gcs_endpoint,
+    obstore_write_attributes,
     parse_gcs_url,
+    split_obstore_attributes,
 )
-from portable.driver.storage import WriteOptions
-from portable.errors import InvalidURL
+from portable.driver.storage import ObjectInfo, WriteOptions
+from portable.errors import InvalidArgument, InvalidURL, Unsupported
 from portable.urls import ParsedURL
 
 from ._common import NO_RETRIES, ObstoreStorage, client_options
@@ -127,10 +145,14 @@ class ObstoreGCSStorage(ObstoreStorage):
             )
         elif custom_endpoint:
             config["base_url"] = self.endpoint
+        options = client_options(timeout, self.endpoint)
+        # GCS gunzips a Content-Encoding: gzip object for a client that does not accept gzip
+        # (decompressive transcoding); portable returns the bytes as stored, as on every provider.
+        options["default_headers"] = {"Accept-Encoding": "gzip"}
         store = GCSStore(
             self.bucket,
             config=config,  # type: ignore[arg-type]
-            client_options=client_options(timeout, self.endpoint),  # type: ignore[arg-type]
+            client_options=options,  # type: ignore[arg-type]
             retry_config=NO_RETRIES,  # type: ignore[arg-type]
         )
         super().__init__(store, prefix, concurrency=concurrency)
@@ -155,7 +177,39 @@ class ObstoreGCSStorage(ObstoreStorage):
     def __repr__(self) -> str:
         return f"ObstoreGCSStorage(gs://{self.bucket}/{self.prefix}, endpoint={self.endpoint!r})"
 
-    # -- hooks: the generation is the etag --------------------------------
+    # -- hooks: headers apart from metadata; the generation is the etag ---
+    def attributes(self, options: WriteOptions) -> dict[str, str] | None:
+        """obstore attributes of a write: the four headers, and metadata under its own names.
+
+        Raises:
+            InvalidArgument: a metadata name that obstore would send as a header
+                (:data:`~portable.driver.naming.OBSTORE_HEADER_NAMES`), before any request.
+        """
+        clash = sorted(name for name in options.metadata if name.lower() in OBSTORE_HEADER_NAMES)
+        if clash:
+            raise InvalidArgument(
+                f"metadata name(s) {', '.join(clash)} would become HTTP headers on the obstore engine of gs:// "
+                "(object_store sends them so); use the named arguments content_type=, cache_control=, "
+                "content_encoding=, content_disposition=, another metadata name, or ?engine=fsspec, which "
+                "stores them as metadata"
+            )
+        return obstore_write_attributes(options)
+
+    def _info(self, key: str, meta: Mapping[str, Any], attributes: Mapping[str, str] | None) -> ObjectInfo:
+        # metadata names arrive as HTTP headers (x-goog-meta-*), which fold case: they read lower case
+        headers, metadata = split_obstore_attributes(attributes, str.lower)
+        return ObjectInfo(
+            key=key,
+            size=int(meta.get("size", 0)),
+            etag=self.etag_of(meta),
+            modified=meta.get("last_modified"),
+            content_type=headers.get("content_type"),
+            metadata=metadata,
+            cache_control=headers.get("cache_control"),
+            content_encoding=headers.get("content_encoding"),
+            content_disposition=headers.get("content_disposition"),
+        )
+
     def put_mode(self, options: WriteOptions) -> Any:
         generation = generation_precondition(options)
         if generation is None:
@@ -167,6 +221,20 @@ class ObstoreGCSStorage(ObstoreStorage):
         if version is not None:
             return str(version)
         return super().etag_of(result)
+
+    def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """Refuse: this engine's large streams are XML API multipart uploads, which object_store cannot list.
+
+        Raises:
+            Unsupported: always, naming what lists and removes them instead.
+        """
+        raise Unsupported(
+            "the obstore engine of gs:// writes large streams as XML API multipart uploads, whose "
+            "leftovers object_store cannot list; remove them with `gcloud storage` (List/Abort "
+            "multipart uploads) or a bucket lifecycle rule, or write with ?engine=fsspec, whose "
+            "resumable sessions leave nothing to remove",
+            provider=self.scheme,
+        )
 
     def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None

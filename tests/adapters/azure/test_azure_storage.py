@@ -142,12 +142,13 @@ def test_secrets_never_show_in_repr_or_errors(azure: dict[str, str], blob_contai
 
 # -- Azure-specific behaviour -----------------------------------------------------------
 def test_metadata_names_azure_rejects_are_escaped_and_read_back(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:
-    names = {"content-hash": "1", "1st": "2", "pt_x": "3", "plain": "4", "snake_case": "5"}
+    names = {"content-hash": "1", "1st": "2", "pt_x": "3", "plain": "4", "snake_case": "5", "pt__y": "6", "contenttype": "7"}
     bucket.put("meta", b"x", metadata=names)
     assert dict(bucket.head("meta").metadata) == names
     stored = blob_service(azure).get_blob_client(blob_container, f"{bucket.driver.prefix}/meta").get_blob_properties()  # type: ignore[attr-defined]
     assert set(stored.metadata) == {encode_metadata_name(n) for n in names}
-    assert all(decode_metadata_name(encode_metadata_name(n)) == n for n in [*names, "a__b", "_h", "pt_"])
+    assert set(stored.metadata) == {"pt__content_2dhash", "pt__1st", "pt_x", "plain", "snake_case", "pt__pt_5f_5fy", "pt__contenttype"}
+    assert all(decode_metadata_name(encode_metadata_name(n)) == n for n in [*names, "a__b", "_h", "pt_", "pt__"])
 
 
 def test_a_multi_part_stream_is_committed_as_blocks(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:
@@ -158,6 +159,24 @@ def test_a_multi_part_stream_is_committed_as_blocks(bucket: Bucket, azure: dict[
     committed, uncommitted = client.get_block_list("all")
     assert [b.size for b in committed] == [part, part, part, 5]
     assert uncommitted == []
+
+
+def test_a_block_stream_commits_its_headers_as_content_settings(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:
+    from portable.driver.storage import WriteOptions
+
+    part = 64 * 1024
+    options = WriteOptions(content_type="text/csv", cache_control="no-store", content_encoding="br", content_disposition="inline")
+    stream = bucket.driver.open_write("headers.bin", options, part)
+    for _ in range(3):
+        stream.write(b"z" * part)
+    stream.commit()
+    client = blob_service(azure).get_blob_client(blob_container, f"{bucket.driver.prefix}/headers.bin")  # type: ignore[attr-defined]
+    settings = client.get_blob_properties().content_settings
+    assert (settings.content_type, settings.cache_control, settings.content_encoding, settings.content_disposition) == (
+        "text/csv", "no-store", "br", "inline",
+    )
+    assert bucket.get("headers.bin") == b"z" * 3 * part  # as stored: no decoding of "br"
+    assert bucket.head("headers.bin").content_encoding == "br"
 
 
 def test_a_one_part_stream_is_a_single_put(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:

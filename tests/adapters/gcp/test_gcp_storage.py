@@ -100,6 +100,28 @@ def test_a_put_over_the_simple_upload_limit_uses_a_resumable_session(
     assert bucket.get("resumable.bin") == data
 
 
+def test_headers_ride_on_resumable_sessions_and_large_puts_too(bucket: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's object resource carries the headers, as the simple upload's does (tests/interop)."""
+    from portable_gcp import gcs
+
+    from portable.driver.storage import WriteOptions
+
+    headers = {"cache_control": "no-store", "content_encoding": "identity", "content_disposition": "inline"}
+    options = WriteOptions(content_type="application/x-test", metadata={"cache-control": "meta"}, **headers)
+    data = bytes(range(256)) * (2 * gcs.CHUNK_UNIT // 256 + 3)
+    stream = bucket.driver.open_write("streamed.bin", options, gcs.CHUNK_UNIT)
+    stream.write(data[: gcs.CHUNK_UNIT + 1])
+    stream.write(data[gcs.CHUNK_UNIT + 1 :])
+    stream.commit()
+    monkeypatch.setattr(gcs, "SIMPLE_UPLOAD_LIMIT", 1000)
+    bucket.driver.put("large.bin", data, options)
+    for key in ("streamed.bin", "large.bin"):
+        info = bucket.head(key)
+        assert (info.cache_control, info.content_encoding, info.content_disposition) == tuple(headers.values())
+        assert dict(info.metadata) == {"cache-control": "meta"}
+        assert bucket.get(key) == data
+
+
 def test_without_a_signing_key_signed_urls_are_off(bucket: Bucket) -> None:
     assert not bucket.capabilities.signed_urls
     with pytest.raises(Unsupported):

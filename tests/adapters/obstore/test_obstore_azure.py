@@ -51,11 +51,16 @@ def test_obstore_is_the_default_engine(bucket: Bucket) -> None:
 def test_metadata_names_are_escaped_like_the_fsspec_engine(bucket: Bucket, azure: dict[str, str], blob_container: str) -> None:
     from azure.storage.blob import BlobServiceClient
 
-    bucket.put("m", b"x", metadata={"content-hash": "abc", "pt_x": "1", "plain": "2"})
-    assert dict(bucket.head("m").metadata) == {"content-hash": "abc", "pt_x": "1", "plain": "2"}
+    names = {"content-hash": "abc", "pt_x": "1", "plain": "2", "pt__y": "3", "contenttype": "4"}
+    bucket.put("m", b"x", metadata=names)
+    assert dict(bucket.head("m").metadata) == names
     name = f"{bucket.driver.prefix}/m"  # type: ignore[attr-defined]
     props = BlobServiceClient.from_connection_string(azure["connection_string"]).get_blob_client(blob_container, name).get_blob_properties()
-    assert dict(props.metadata) == {"pt_content_hhash": "abc", "pt_pt__x": "1", "plain": "2"}
+    # contenttype is encoded too: obstore would send it as the Content-Type header
+    assert dict(props.metadata) == {
+        "pt__content_2dhash": "abc", "pt_x": "1", "plain": "2", "pt__pt_5f_5fy": "3", "pt__contenttype": "4",
+    }
+    assert props.content_settings.content_type != "4"
 
 
 def test_a_signed_put_needs_the_blob_type_header(bucket: Bucket) -> None:
