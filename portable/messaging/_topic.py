@@ -161,12 +161,21 @@ class Topic(MessagingClient[TopicDriver]):
     ) -> str:
         """Publish a CloudEvent (see :mod:`portable.cloudevents`); return the message id.
 
-        ``binary`` carries the event's attributes as ``ce_*`` message attributes
-        and its data as the body; ``structured`` sends the JSON event format as the
-        body. Either way the idempotency key is ``source`` and ``id``, so a repeat
-        of the same event is deduplicated where the provider can.
+        ``binary`` carries the event's attributes as message attributes (``ce-*``
+        on Pub/Sub, its binding's names; ``ce_*`` elsewhere) and its data as the
+        body; ``structured`` sends the JSON event format as the body, data bytes
+        exactly as given. Either way the idempotency key is ``source`` and ``id``,
+        so a repeat of the same event is deduplicated where the provider can.
+
+        Raises:
+            InvalidArgument: binary mode needs more attributes than the provider
+                carries (SQS: 10, one of them the idempotency key); use
+                ``mode="structured"``. Nothing is sent.
         """
-        body, attributes = to_message(event, mode=mode)
+        body, attributes = to_message(
+            event, mode=mode, provider=self.provider,
+            max_attributes=self.capabilities.max_attributes - 1,  # one for the idempotency key
+        )  # fmt: skip
         return self.publish(body, key=key, attributes=attributes, idempotency_key=event.dedup_key())
 
     def _republish(self, message: Delivery, reason: str, source: str) -> str:

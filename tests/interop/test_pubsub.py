@@ -159,7 +159,6 @@ def test_portable_body_key_and_attributes_reach_a_native_subscriber(native: tupl
     assert dict(got[idem_id].attributes) == {"portable.idempotency_key": "i-1"} and got[idem_id].data == b"once"
 
 
-@pytest.mark.xfail(strict=True, reason="needs cloudevents ce- binding from the names branch")
 def test_a_binary_mode_event_reaches_native_subscribers_with_the_pubsub_binding_names(
     native: tuple[Any, Any], topic_url: str
 ) -> None:

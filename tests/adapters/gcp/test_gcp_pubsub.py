@@ -264,7 +264,6 @@ def test_headers_are_the_attributes_as_utf8_bytes_sorted_by_name(queue_url: str)
         driver.close()
 
 
-@pytest.mark.xfail(strict=True, reason="needs Message.headers / Message.key_bytes from the queues-a branch")
 def test_message_headers_reach_users(queue_url: str) -> None:
     with open_topic(queue_url) as topic, open_subscription(queue_url) as sub:
         topic.publish(b"h", key="k1", attributes={"b": "2", "a": "1"})
