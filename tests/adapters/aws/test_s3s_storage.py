@@ -146,3 +146,30 @@ def test_listing_multipart_uploads_is_unsupported_here(bucket: Bucket) -> None:
             bucket.driver.abort_incomplete("", dt.timedelta(0))
         except Exception as exc:  # wrapped as Bucket wraps every driver error
             raise bucket._guard.wrap("abort_incomplete", exc) from exc
+
+
+def test_header_like_metadata_is_signed_for_a_server_that_checks(
+    bucket: Bucket, s3s: dict[str, str], s3s_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """obstore's engine signs these puts itself (SigV4): s3s-fs verifies every signature."""
+    import traceback
+
+    from portable.errors import PermissionDenied
+
+    metadata = {"cache-control": "m1", "content-type": "m2", "owner": "ops"}
+    etag = bucket.put("signed.txt", b"s", metadata=metadata, content_type="text/plain")
+    info = bucket.head("signed.txt")
+    assert (dict(info.metadata), info.content_type, info.etag) == (metadata, "text/plain", etag)
+
+    secret = "not-the-SECRET-7f3a"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    engine = "obstore" if "obstore" in type(bucket.driver).__module__ else "fsspec"
+    url = f"s3://{s3s_bucket}/x?engine={engine}&region={s3s['region']}&endpoint_url={s3s['endpoint_url']}"
+    wrong = open_bucket(url, profile=contract_profile(url))
+    try:
+        with pytest.raises(PermissionDenied) as refused:
+            wrong.put("signed.txt", b"t", metadata=metadata)
+        shown = "".join(traceback.format_exception(refused.value))
+        assert secret not in shown
+    finally:
+        wrong.close()
