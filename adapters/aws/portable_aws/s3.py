@@ -51,9 +51,21 @@ Capabilities:
     CompleteMultipartUpload), signed_urls (SigV4 presigned GET and PUT, up to 7 days),
     server_side_copy (CopyObject; UploadPartCopy above 5 GiB), multipart.
 
+Metadata and headers:
+    Every metadata entry is user metadata (``x-amz-meta-<name>``), a
+    header-like name (``cache-control``) included; headers come only from
+    ``content_type``, ``cache_control``, ``content_encoding`` and
+    ``content_disposition``, and ``head`` reports them.
+
+Leftovers:
+    ``abort_incomplete`` is ListMultipartUploads (every page) and
+    AbortMultipartUpload for each upload initiated before now - older_than.
+
 Errors:
-    NoSuchKey / 404 -> NotFound; 412 PreconditionFailed -> PreconditionFailed
-    (AlreadyExists when the failed condition is If-None-Match); 409
+    NoSuchKey / 404 -> NotFound; 412 PreconditionFailed -> AlreadyExists when
+    the request carried If-None-Match, else PreconditionFailed (decided by
+    the request, not the body's ``<Condition>``, which only AWS and moto
+    send); NotImplemented / 501 -> Unsupported; 409
     ConditionalRequestConflict -> Unavailable, retryable (S3 asks for a
     retry); SlowDown / 503 / 429 -> Throttled, retryable; AccessDenied / 403
     -> PermissionDenied; 5xx and connection errors -> Unavailable, retryable.
@@ -69,6 +81,10 @@ Known differences:
     * moto 5.x enforces If-None-Match and If-Match on PutObject and
       If-None-Match on CompleteMultipartUpload, but ignores If-Match on
       CompleteMultipartUpload (AWS enforces it).
+    * ListObjectsV2 asks for keys as XML text: botocore's automatic
+      ``encoding-type=url`` is off (obstore never sends it), because a server
+      that echoes it without encoding (s3s-fs) had ``a+b`` decoded to ``a b``.
+      A listing that meets a native key with a C0 control character fails.
     * A streamed write is sent as one PutObject when it ends within its first
       part, and as a multipart upload otherwise; a failed or abandoned
       multipart upload is aborted, so no parts are left billed.

@@ -53,6 +53,30 @@ Capabilities:
     streaming writes (see below), signed_urls (SigV4 via ``obstore.sign``),
     server_side_copy (CopyObject), multipart (obstore's multipart writer).
 
+Metadata and headers:
+    Every metadata entry is user metadata (``x-amz-meta-<name>``), as on the
+    fsspec engine; headers come only from ``content_type``, ``cache_control``,
+    ``content_encoding`` and ``content_disposition``, and ``head`` reports
+    them. obstore reads an attribute *named* like a header (``cache-control``,
+    ``content-type``, ``storage-class``, ...) as that header and cannot send
+    ``Attribute::Metadata`` under such a name, so a write whose metadata has
+    one is sent as a PutObject this driver signs itself (:class:`_SignedS3`,
+    SigV4 with the store's credentials); streamed, such a write is spooled
+    and sent whole.
+
+Leftovers:
+    ``abort_incomplete`` lists (ListMultipartUploads) and aborts
+    (AbortMultipartUpload) with signed requests of its own: obstore has
+    neither. Credentials: the store's provider, else ``AWS_*`` variables,
+    else boto3's chain where boto3 is installed (MissingDependency otherwise).
+
+Errors:
+    obstore's own types (NotFound, AlreadyExists for a refused create-only
+    write, Precondition for a refused ``if_match``), else the HTTP status; an
+    answer to a request signed here is :class:`S3RequestFailed`, classified by
+    its S3 code and status: 412 by the condition the request carried,
+    NotImplemented / 501 Unsupported.
+
 Known differences from the fsspec engine:
     * A streamed write *with a condition* is spooled (memory up to one part,
       then a temporary file) and sent as one conditional PutObject at close,
@@ -61,6 +85,8 @@ Known differences from the fsspec engine:
     * ``copy`` returns None (CopyObject's etag is not reported by obstore);
       ``head`` gives it.
     * ``put(..., if_match=...)`` on a missing key raises PreconditionFailed.
+    * A streamed write whose metadata has a header-like name is spooled and
+      sent as one PutObject (up to 5 GiB), like a conditional one.
     * ``delete_many`` sends DeleteObjects requests of up to 1,000 keys (object_store batches them).
     * A delimited ``list`` reads the whole level (obstore's
       ``list_with_delimiter``) for each page; flat listings page natively
@@ -99,7 +125,7 @@ from ._common import (
     run_on_loop,
 )
 
-__all__ = ["ObstoreS3Storage", "S3RequestFailed", "check_bucket_name"]
+__all__ = ["ObstoreS3Storage", "S3RequestFailed", "check_bucket_name", "sigv4_headers"]
 
 MAX_PUT_BYTES = S3_MAX_PUT_BYTES
 MAX_KEY_BYTES = S3_MAX_KEY_BYTES
@@ -134,7 +160,6 @@ class S3RequestFailed(Exception):
 
 
 _S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
-_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def _quote(text: str, safe: str) -> str:
@@ -146,6 +171,59 @@ def _signing_key(secret: str, day: str, region: str) -> bytes:
     for part in (day, region, "s3", "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
     return key
+
+
+def sigv4_headers(
+    method: str,
+    host: str,
+    path: str,
+    canonical_query: str,
+    headers: Mapping[str, str],
+    payload: str,
+    *,
+    credentials: tuple[str, str, str | None],
+    region: str,
+    now: dt.datetime,
+) -> dict[str, str]:
+    """The headers of an S3 request signed with AWS Signature Version 4, every header signed.
+
+    Args:
+        method: the HTTP method.
+        host: the Host header (the URL's netloc).
+        path: the request path, already URI-encoded (S3 encodes it once).
+        canonical_query: the query string, encoded and sorted.
+        headers: the request's own headers; all are signed.
+        payload: the body's hex SHA-256, or ``UNSIGNED-PAYLOAD``.
+        credentials: access key, secret key and session token (or None).
+        region: the signing region.
+        now: the request time (UTC).
+
+    Returns:
+        ``headers`` with lower-cased names plus ``host``, ``x-amz-date``,
+        ``x-amz-content-sha256``, ``x-amz-security-token`` (with a token) and
+        ``authorization``.
+    """
+    access_key, secret, token = credentials
+    stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    signed: dict[str, str] = {
+        **{name.lower(): " ".join(value.split()) for name, value in headers.items()},
+        "host": host,
+        "x-amz-date": stamp,
+        "x-amz-content-sha256": payload,
+    }
+    if token:
+        signed["x-amz-security-token"] = token
+    names = sorted(signed)
+    canonical = "\n".join(
+        [method, path, canonical_query, *(f"{n}:{signed[n]}" for n in names), "", ";".join(names), payload]
+    )
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    signature = hmac.new(_signing_key(secret, day, region), to_sign.encode(), hashlib.sha256).hexdigest()
+    signed["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
+    )
+    return signed
 
 
 class _SignedS3:
@@ -211,40 +289,32 @@ class _SignedS3:
         path = base.path + ("/" + _quote(key, "/~") if key is not None else "")
         path = path or "/"
         canonical_query = "&".join(f"{_quote(k, '~')}={_quote(v, '~')}" for k, v in sorted(query))
-        now = dt.datetime.now(dt.UTC)
-        stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         access_key, secret, token = self._credentials()
         payload = hashlib.sha256(body).hexdigest() if (self.sign_payload or not body) else "UNSIGNED-PAYLOAD"
-        signed: dict[str, str] = {
-            **{name.lower(): " ".join(value.split()) for name, value in (headers or {}).items()},
-            "host": base.netloc,
-            "x-amz-date": stamp,
-            "x-amz-content-sha256": payload,
-        }
-        if token:
-            signed["x-amz-security-token"] = token
-        names = sorted(signed)
-        canonical = "\n".join(
-            [method, path, canonical_query, *(f"{n}:{signed[n]}" for n in names), "", ";".join(names), payload]
-        )
-        scope = f"{day}/{self.region}/s3/aws4_request"
-        to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.new(_signing_key(secret, day, self.region), to_sign.encode(), hashlib.sha256).hexdigest()
-        signed["authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
+        signed = sigv4_headers(
+            method,
+            base.netloc,
+            path,
+            canonical_query,
+            headers or {},
+            payload,
+            credentials=(access_key, secret, token),
+            region=self.region,
+            now=dt.datetime.now(dt.UTC),
         )
         if method in ("PUT", "POST"):
             signed["content-length"] = str(len(body))
-        limit = attempt_timeout(self.timeout)
-        timeout = max(0.001, limit if limit is not None else self.timeout)
+        limit = attempt_timeout()
+        timeout = max(0.001, self.timeout if limit is None else min(limit, self.timeout))
         connection: http.client.HTTPConnection
         if base.scheme == "https":
             connection = http.client.HTTPSConnection(base.hostname or "", base.port, timeout=timeout)
         else:
             connection = http.client.HTTPConnection(base.hostname or "", base.port, timeout=timeout)
         try:
-            # http.client adds no header of its own but Accept-Encoding (and Host, given here as signed)
-            connection.request(method, f"{path}?{canonical_query}" if canonical_query else path, body=body or None, headers=signed)
+            # http.client adds Accept-Encoding: identity and nothing else (Host is given, as signed)
+            target = f"{path}?{canonical_query}" if canonical_query else path
+            connection.request(method, target, body=body or None, headers=signed)
             response = connection.getresponse()
             answer = response.read()
             received = {k.lower(): v for k, v in response.getheaders()}
