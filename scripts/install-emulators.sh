@@ -158,9 +158,12 @@ print(digest.hexdigest())
 EOF
 )"
 if [ ! -x "$s3s_bin" ] || [ "$(cat "$s3s_cache/built-from" 2>/dev/null || true)" != "$s3s_hash" ]; then
+  if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    PATH="$HOME/.cargo/bin:$PATH"   # rustup's place, when the shell that runs us did not add it
+  fi
   if ! command -v cargo >/dev/null 2>&1; then
-    warn "cargo is not installed: bench/s3s-server (s3s-fs) cannot be built; its tests will skip" \
-         "(or fail under PORTABLE_REQUIRE_EMULATORS=1)"
+    warn "cargo is not installed: bench/s3s-server (s3s-fs, needs Rust 1.92+) cannot be built;" \
+         "its tests will skip (or fail under PORTABLE_REQUIRE_EMULATORS=1)"
   else
     say "cargo build --release --locked bench/s3s-server into $s3s_cache"
     mkdir -p "$s3s_cache"
