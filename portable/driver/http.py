@@ -1,4 +1,4 @@
-"""HTTP as every storage driver reads and writes it: ranges and status codes.
+"""HTTP as every storage driver reads and writes it: ranges, status codes and etags.
 
 Provider-neutral: what a status means is the same on S3, GCS and Azure up to
 a few codes that a driver overrides (a 409, a 503), so each driver starts
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from ..errors import ErrorCode
 
-__all__ = ["HTTP_STATUS_CODES", "code_of_status", "range_header"]
+__all__ = ["HTTP_STATUS_CODES", "code_of_status", "normal_etag", "range_header"]
 
 #: What an HTTP error status means wherever a provider gives it no other meaning.
 HTTP_STATUS_CODES: Mapping[int, ErrorCode] = {
@@ -59,3 +59,22 @@ def code_of_status(
 def range_header(start: int, end: int | None) -> str:
     """The ``Range`` header value of the bytes ``[start, end)`` (to the end when ``end`` is None)."""
     return f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+
+
+def normal_etag(value: object) -> str | None:
+    """An etag in the one form portable reports: the quoted HTTP entity tag, as S3 sends it in headers.
+
+    S3's ETag header is quoted (``"9e10...c3"``), and so is the ``<ETag>`` of
+    AWS's listings; S3-compatible servers differ (some list it bare, some pad
+    it), and one object must not report two etags. A bare value is quoted,
+    surrounding spaces go, a weak tag (``W/"..."``) is kept as it is; None and
+    an empty value (a listing without the element) are None.
+    """
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text:
+        return None
+    if text.startswith('"') or text.startswith('W/"'):
+        return text
+    return f'"{text.strip(chr(34))}"'

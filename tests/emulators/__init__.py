@@ -2,7 +2,7 @@
 
 Use the pytest fixtures in `tests.emulators.fixtures` (``moto_server``, ``azurite``,
 ``fake_gcs``, ``pubsub_emulator``, ``firestore_emulator``, ``kafka_broker``,
-``tansu_broker``, ``redis_server``), or from a shell::
+``tansu_broker``, ``redis_server``, ``s3s_server``), or from a shell::
 
     python -m tests.emulators up kafka redis    # prints endpoints, records PIDs
     python -m tests.emulators status
@@ -28,6 +28,7 @@ from .harness import (
 from .kafka_brokers import KafkaBroker, TansuBroker
 from .moto_server import MotoServer
 from .redis_server import RedisServer
+from .s3s_server import S3sServer
 
 #: Every emulator by the name that the CLI, the fixtures and the logs use.
 EMULATORS: dict[str, type[Emulator]] = {
@@ -41,6 +42,7 @@ EMULATORS: dict[str, type[Emulator]] = {
         KafkaBroker,
         TansuBroker,
         RedisServer,
+        S3sServer,
     )
 }
 
@@ -68,6 +70,7 @@ __all__ = [
     "ProcessRecord",
     "PubSubEmulator",
     "RedisServer",
+    "S3sServer",
     "TansuBroker",
     "create",
     "free_port",

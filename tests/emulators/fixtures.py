@@ -63,6 +63,12 @@ def moto_server() -> Iterator[EmulatorInfo]:
 
 
 @pytest.fixture(scope="session")
+def s3s_server() -> Iterator[EmulatorInfo]:
+    """s3s-fs (bench/s3s-server): endpoints ``endpoint_url``, ``region``, ``root``; env ``AWS_*``."""
+    yield from run_emulator("s3s")
+
+
+@pytest.fixture(scope="session")
 def azurite() -> Iterator[EmulatorInfo]:
     """Azurite: ``blob_endpoint``, ``queue_endpoint``, ``table_endpoint``, ``account_name``,
     ``account_key``, ``connection_string``; env ``AZURE_STORAGE_CONNECTION_STRING``."""

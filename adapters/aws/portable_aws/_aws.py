@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from portable.driver import Classifier
+from portable.driver.conditions import refused_condition_code
 from portable.driver.naming import take_aws_options
 from portable.errors import ErrorCode
 from portable.urls import ParsedURL
@@ -273,6 +274,8 @@ def code_for(code: str, status: int) -> ErrorCode:
     """Map an AWS error code and HTTP status to a stable code."""
     if code in _NOT_FOUND:
         return ErrorCode.NOT_FOUND
+    if code == "NotImplemented" or status == 501:
+        return ErrorCode.UNSUPPORTED  # an S3-compatible server without this API: not an outage to retry
     if code in _THROTTLED or status == 429:
         return ErrorCode.THROTTLED
     if code in _DENIED:
@@ -316,8 +319,10 @@ class AWSClassifier(Classifier):
     def code_of(self, exc: BaseException) -> ErrorCode:
         code, status = aws_error_code(exc)
         if code or status:
-            if code == "PreconditionFailed" and _condition(exc) == "If-None-Match":
-                return ErrorCode.ALREADY_EXISTS
+            if code == "PreconditionFailed" or (status == 412 and code not in _NOT_FOUND):
+                # Decided by the condition the request carried (portable.driver.conditions):
+                # only AWS and moto name it in the body's <Condition>, s3s and MinIO do not.
+                return refused_condition_code(exc, body_condition=_condition(exc))
             return code_for(code, status)
         transport = _transport_code(exc)
         if transport is not None:

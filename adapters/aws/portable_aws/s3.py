@@ -51,9 +51,21 @@ Capabilities:
     CompleteMultipartUpload), signed_urls (SigV4 presigned GET and PUT, up to 7 days),
     server_side_copy (CopyObject; UploadPartCopy above 5 GiB), multipart.
 
+Metadata and headers:
+    Every metadata entry is user metadata (``x-amz-meta-<name>``), a
+    header-like name (``cache-control``) included; headers come only from
+    ``content_type``, ``cache_control``, ``content_encoding`` and
+    ``content_disposition``, and ``head`` reports them.
+
+Leftovers:
+    ``abort_incomplete`` is ListMultipartUploads (every page) and
+    AbortMultipartUpload for each upload initiated before now - older_than.
+
 Errors:
-    NoSuchKey / 404 -> NotFound; 412 PreconditionFailed -> PreconditionFailed
-    (AlreadyExists when the failed condition is If-None-Match); 409
+    NoSuchKey / 404 -> NotFound; 412 PreconditionFailed -> AlreadyExists when
+    the request carried If-None-Match, else PreconditionFailed (decided by
+    the request, not the body's ``<Condition>``, which only AWS and moto
+    send); NotImplemented / 501 -> Unsupported; 409
     ConditionalRequestConflict -> Unavailable, retryable (S3 asks for a
     retry); SlowDown / 503 / 429 -> Throttled, retryable; AccessDenied / 403
     -> PermissionDenied; 5xx and connection errors -> Unavailable, retryable.
@@ -69,6 +81,10 @@ Known differences:
     * moto 5.x enforces If-None-Match and If-Match on PutObject and
       If-None-Match on CompleteMultipartUpload, but ignores If-Match on
       CompleteMultipartUpload (AWS enforces it).
+    * ListObjectsV2 asks for keys as XML text: botocore's automatic
+      ``encoding-type=url`` is off (obstore never sends it), because a server
+      that echoes it without encoding (s3s-fs) had ``a+b`` decoded to ``a b``.
+      A listing that meets a native key with a C0 control character fails.
     * A streamed write is sent as one PutObject when it ends within its first
       part, and as a multipart upload otherwise; a failed or abandoned
       multipart upload is aborted, so no parts are left billed.
@@ -82,7 +98,8 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import IO, Any, Literal, TypeVar
 
-from portable.driver.http import range_header
+from portable.driver.conditions import note_condition
+from portable.driver.http import normal_etag, range_header
 from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
 from portable.driver.naming import check_s3_bucket_name, parse_s3_url
 from portable.driver.storage import ListPage, ObjectInfo, StorageDriver, WriteOptions, WriteStream
@@ -249,7 +266,9 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
         """The aiobotocore S3 client, made on first use (on s3fs's loop, which it is bound to)."""
         client = self._client
         if client is None:
-            client = self._client = await self.fs.set_session()
+            client = await self.fs.set_session()
+            _list_keys_as_sent(client)
+            self._client = client
         return client
 
     def _s3_config(self) -> dict[str, Any]:
@@ -296,10 +315,13 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
         return ObjectInfo(
             key=key,
             size=int(resp.get("ContentLength", 0)),
-            etag=resp.get("ETag"),
+            etag=normal_etag(resp.get("ETag")),
             modified=resp.get("LastModified"),
             content_type=resp.get("ContentType"),
             metadata=dict(resp.get("Metadata") or {}),
+            cache_control=resp.get("CacheControl"),
+            content_encoding=resp.get("ContentEncoding"),
+            content_disposition=resp.get("ContentDisposition"),
         )
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
@@ -308,8 +330,12 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
     async def _put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
         s3 = await self._s3()
         kwargs = {**_write_kwargs(options), **_condition_kwargs(options)}
-        resp = await s3.put_object(Bucket=self.bucket, Key=self._root + key, Body=data, **kwargs)
-        return resp.get("ETag")  # type: ignore[no-any-return]
+        try:
+            resp = await s3.put_object(Bucket=self.bucket, Key=self._root + key, Body=data, **kwargs)
+        except Exception as exc:
+            note_condition(exc, options)  # AlreadyExists or PreconditionFailed, whatever the body says
+            raise
+        return normal_etag(resp.get("ETag"))
 
     def delete(self, key: str) -> None:
         self._run(self._delete, key)
@@ -334,7 +360,7 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
             size = (await self._head(src)).size
             await self.fs._copy_managed(f"{self.bucket}/{self._root}{src}", f"{self.bucket}/{self._root}{dst}", size)
             return (await self._head(dst)).etag
-        return resp.get("CopyObjectResult", {}).get("ETag")  # type: ignore[no-any-return]
+        return normal_etag(resp.get("CopyObjectResult", {}).get("ETag"))
 
     # -- streams ---------------------------------------------------------
     def open_read(self, key: str) -> IO[bytes]:
@@ -369,7 +395,7 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
             ObjectInfo(
                 key=item["Key"][cut:],
                 size=int(item.get("Size", 0)),
-                etag=item.get("ETag"),
+                etag=normal_etag(item.get("ETag")),
                 modified=item.get("LastModified"),
             )
             for item in resp.get("Contents", ())
@@ -377,6 +403,44 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
         prefixes = [p["Prefix"][cut:] for p in resp.get("CommonPrefixes", ())]
         next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
         return ListPage(objects, prefixes, next_token)
+
+    # -- leftovers -------------------------------------------------------
+    def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """Abort the multipart uploads under ``prefix`` initiated more than ``older_than`` ago.
+
+        ListMultipartUploads (every page), then AbortMultipartUpload for each
+        one old enough; an upload that is gone by then (NoSuchUpload) is not
+        reported. Returns ``key#upload-id`` per aborted upload, keys relative
+        to the URL's prefix.
+        """
+        return self._run(self._abort_incomplete, prefix, older_than)
+
+    async def _abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        s3 = await self._s3()
+        cutoff = dt.datetime.now(dt.UTC) - older_than
+        stale: list[tuple[str, str]] = []
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._root + prefix}
+        while True:
+            resp = await s3.list_multipart_uploads(**kwargs)
+            for upload in resp.get("Uploads", ()):
+                initiated = upload.get("Initiated")
+                if initiated is not None and initiated < cutoff:
+                    stale.append((upload["Key"], upload["UploadId"]))
+            marker = (resp.get("NextKeyMarker"), resp.get("NextUploadIdMarker"))
+            if not resp.get("IsTruncated") or marker == (kwargs.get("KeyMarker"), kwargs.get("UploadIdMarker")):
+                break
+            kwargs["KeyMarker"], kwargs["UploadIdMarker"] = marker
+        removed: list[str] = []
+        cut = len(self._root)
+        for key, upload_id in stale:
+            try:
+                await s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except Exception as exc:
+                if aws_error_code(exc)[0] != "NoSuchUpload":
+                    raise
+                continue  # completed or aborted by someone else meanwhile
+            removed.append(f"{key[cut:]}#{upload_id}")
+        return removed
 
     # -- signed URLs and escape hatches ---------------------------------
     def signed_url(
@@ -431,11 +495,37 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
             self._sync_client = None
 
 
+def _list_keys_as_sent(client: Any) -> None:
+    """Make ListObjectsV2 carry keys as XML text, not URL-encoded: what obstore does.
+
+    botocore asks for ``encoding-type=url`` on its own and URL-decodes (``+`` as
+    a space) whenever the answer says ``<EncodingType>url</EncodingType>``.
+    s3s-fs echoes that element without encoding the keys, so ``a+b`` listed as
+    ``a b`` and ``%20`` as a space; other S3-compatible servers have had the
+    same bug. A key portable wrote has no control character, so plain XML
+    carries every one of them exactly.
+    """
+    from botocore.handlers import set_list_objects_encoding_type_url
+
+    client.meta.events.unregister("before-parameter-build.s3.ListObjectsV2", set_list_objects_encoding_type_url)
+
+
 def _write_kwargs(options: WriteOptions) -> dict[str, Any]:
-    """The content type and user metadata of a write, as PutObject and CreateMultipartUpload take them."""
+    """The headers and user metadata of a write, as PutObject and CreateMultipartUpload take them.
+
+    Headers come only from the named options; every metadata entry is user
+    metadata (``x-amz-meta-<name>``), a header-like name such as
+    ``cache-control`` included.
+    """
     kwargs: dict[str, Any] = {}
     if options.content_type:
         kwargs["ContentType"] = options.content_type
+    if options.cache_control is not None:
+        kwargs["CacheControl"] = options.cache_control
+    if options.content_encoding is not None:
+        kwargs["ContentEncoding"] = options.content_encoding
+    if options.content_disposition is not None:
+        kwargs["ContentDisposition"] = options.content_disposition
     if options.metadata:
         kwargs["Metadata"] = dict(options.metadata)
     return kwargs
@@ -513,12 +603,13 @@ class _S3Write(WriteStream):
                 **_condition_kwargs(self._options),
             )
         except Exception as exc:
+            note_condition(exc, self._options)
             code, _status = aws_error_code(exc)
             if code in ("PreconditionFailed", "NoSuchKey", "ConditionalRequestConflict") or _status == 412:
                 await self._abort()  # the condition failed for good: free the parts now
             raise
         self._upload_id = None
-        return resp.get("ETag")  # type: ignore[no-any-return]
+        return normal_etag(resp.get("ETag"))
 
     def abort(self) -> None:
         self._pending.clear()

@@ -42,7 +42,7 @@ from portable.driver.storage import (
     WriteOptions,
     WriteStream,
 )
-from portable.errors import ErrorCode, PortableError
+from portable.errors import ErrorCode, PortableError, Unsupported
 from portable.resilience import attempt_timeout, remaining
 
 __all__ = [
@@ -51,6 +51,8 @@ __all__ = [
     "ObstoreStorage",
     "StreamFailed",
     "client_options",
+    "header_attributes",
+    "header_like_names",
     "http_status",
     "run_on_loop",
 ]
@@ -297,14 +299,15 @@ class _MultipartWrite(WriteStream):
         self._writer.__exit__(_Aborted, _Aborted("aborted by portable"), None)
 
 
-class _ConditionalWrite(WriteStream):
-    """A streamed write with a condition, sent as one conditional PUT at commit.
+class _SpooledWrite(WriteStream):
+    """A streamed write sent as one PUT (the driver's ``put``) at commit.
 
-    obstore's multipart writer cannot carry a condition, so the stream is
-    spooled (in memory up to ``part_size``, then to a temporary file) and sent
-    whole with its ``If-None-Match`` / ``If-Match`` at commit: the object
-    appears only if the condition holds. Limited to the provider's single-put
-    size (``capabilities.max_object_bytes``).
+    obstore's multipart writer cannot carry a condition, so a conditional
+    stream is spooled (in memory up to ``part_size``, then to a temporary
+    file) and sent whole with its ``If-None-Match`` / ``If-Match`` at commit:
+    the object appears only if the condition holds. A driver may spool other
+    writes its ``put`` sends another way (:meth:`ObstoreStorage.sent_whole`).
+    Limited to the provider's single-put size (``capabilities.max_object_bytes``).
     """
 
     def __init__(self, driver: ObstoreStorage, key: str, options: WriteOptions, part_size: int) -> None:
@@ -381,7 +384,7 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
 
     Subclasses build ``store`` and set ``scheme``, ``endpoint`` and
     ``capabilities``; they may override :meth:`attributes`,
-    :meth:`put_mode`, :meth:`etag_of` and :meth:`signed_url`.
+    :meth:`put_mode`, :meth:`etag_of`, :meth:`sent_whole` and :meth:`signed_url`.
     """
 
     #: obstore store this driver runs on (S3Store, GCSStore, AzureStore).
@@ -396,12 +399,33 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
 
     # -- hooks ----------------------------------------------------------
     def attributes(self, options: WriteOptions) -> dict[str, str] | None:
-        """obstore attributes (content type and user metadata) of a write."""
-        if options.content_type is None and not options.metadata:
+        """obstore attributes of a write: the named headers, then user metadata.
+
+        Headers come only from the named options (``content_type``,
+        ``cache_control``, ``content_encoding``, ``content_disposition``).
+        obstore reads an attribute *named* like a header as that header, so a
+        metadata entry with such a name (:func:`header_like_names`) cannot be
+        sent as user metadata through it: the S3 driver sends those writes
+        itself, and this base refuses them before any request rather than
+        turn metadata into a header.
+
+        Raises:
+            Unsupported: a metadata name obstore would send as a header.
+        """
+        clash = header_like_names(options.metadata)
+        if clash:
+            option = _OBSTORE_HEADER_NAMES[clash[0].lower()]
+            raise Unsupported(
+                f"metadata {clash[0]!r} cannot be stored as user metadata on {self.scheme}:// with the obstore "
+                "engine, which sends an attribute of that name as the HTTP header: rename the entry"
+                + (f", pass {option}= for the header" if option else "")
+                + " or use ?engine=fsspec",
+                provider=self.scheme,
+            )
+        attrs = header_attributes(options)
+        if not attrs and not options.metadata:
             return None
-        attrs: dict[str, str] = dict(options.metadata)
-        if options.content_type is not None:
-            attrs["Content-Type"] = options.content_type
+        attrs.update(options.metadata)
         return attrs
 
     def put_mode(self, options: WriteOptions) -> Any:
@@ -431,21 +455,26 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
         return run_on_loop(call(), attempt_timeout())
 
     def _info(self, key: str, meta: Mapping[str, Any], attributes: Mapping[str, str] | None) -> ObjectInfo:
-        content_type = None
+        # obstore names a header attribute exactly "Content-Type", "Cache-Control", ...; a user
+        # metadata entry comes back under its stored name (lower case over HTTP), so one named
+        # "cache-control" is metadata here, never the header.
+        headers: dict[str, str] = {}
         metadata: dict[str, str] = {}
         for name, value in (attributes or {}).items():
-            lowered = name.lower()
-            if lowered == "content-type":
-                content_type = value
-            elif lowered not in _STANDARD_ATTRIBUTES:
+            if name in _HEADER_ATTRIBUTES:
+                headers[name] = value
+            else:
                 metadata[self.metadata_name(name)] = value
         return ObjectInfo(
             key=key,
             size=int(meta.get("size", 0)),
             etag=self.etag_of(meta),
             modified=meta.get("last_modified"),
-            content_type=content_type,
+            content_type=headers.get("Content-Type"),
             metadata=metadata,
+            cache_control=headers.get("Cache-Control"),
+            content_encoding=headers.get("Content-Encoding"),
+            content_disposition=headers.get("Content-Disposition"),
         )
 
     def metadata_name(self, stored: str) -> str:
@@ -522,9 +551,13 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
         return io.BufferedReader(_Reader(native), buffer_size=1024 * 1024)
 
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
-        if options.if_none_match or options.if_match is not None:
-            return _ConditionalWrite(self, key, options, part_size)
+        if self.sent_whole(options):
+            return _SpooledWrite(self, key, options, part_size)
         return _MultipartWrite(self, self._root + key, options, part_size)
+
+    def sent_whole(self, options: WriteOptions) -> bool:
+        """Whether a streamed write with ``options`` is spooled and sent as one ``put`` (a condition)."""
+        return options.if_none_match or options.if_match is not None
 
     # -- listing --------------------------------------------------------
     def list_page(
@@ -665,9 +698,48 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
         """Nothing to release: obstore's connection pool closes with the store."""
 
 
-_STANDARD_ATTRIBUTES = frozenset(
-    {"content-disposition", "content-encoding", "content-language", "cache-control", "storage-class"}
+#: The names obstore gives the header attributes it reports (``attribute_to_string`` in obstore).
+_HEADER_ATTRIBUTES = frozenset(
+    {"Content-Disposition", "Content-Encoding", "Content-Language", "Content-Type", "Cache-Control", "Storage-Class"}
 )
+#: The attribute names obstore's parser (``PyAttribute`` in obstore) reads as a header, lower-cased
+#: (it matches ``to_ascii_lowercase()``), each with the write option that sets that header.
+_HEADER_OPTIONS = (
+    ("content-disposition", "content_disposition"),
+    ("content-encoding", "content_encoding"),
+    ("content-language", ""),
+    ("content-type", "content_type"),
+    ("cache-control", "cache_control"),
+    ("storage-class", ""),
+)
+_OBSTORE_HEADER_NAMES: Mapping[str, str] = {
+    name: option for header, option in _HEADER_OPTIONS for name in (header, header.replace("-", ""))
+}
+
+
+def header_like_names(metadata: Mapping[str, str]) -> list[str]:
+    """The metadata names that obstore would send as an HTTP header instead of as user metadata.
+
+    obstore reads an attribute named ``content-type``, ``cache-control``,
+    ``content-disposition``, ``content-encoding``, ``content-language`` or
+    ``storage-class`` (any case, with or without the dash) as that header;
+    every other name is user metadata.
+    """
+    return [name for name in metadata if name.lower() in _OBSTORE_HEADER_NAMES]
+
+
+def header_attributes(options: WriteOptions) -> dict[str, str]:
+    """The obstore header attributes of a write's named options (``content_type``, ``cache_control``, ...)."""
+    attrs: dict[str, str] = {}
+    if options.content_type is not None:
+        attrs["Content-Type"] = options.content_type
+    if options.cache_control is not None:
+        attrs["Cache-Control"] = options.cache_control
+    if options.content_encoding is not None:
+        attrs["Content-Encoding"] = options.content_encoding
+    if options.content_disposition is not None:
+        attrs["Content-Disposition"] = options.content_disposition
+    return attrs
 
 
 def _just_before(text: str) -> str:

@@ -195,3 +195,82 @@ def test_large_objects_round_trip_through_every_read_path(bucket: Bucket) -> Non
     assert bucket.get_many(["big"]) == {"big": data}
     assert bucket.get_range("big", 1000, 200_000) == data[1000:200_000]
     assert bucket.get_range("big", 100) == data[100:]
+
+
+# -- requests obstore cannot make, signed by the driver ------------------------------------
+@pytest.mark.parametrize(
+    ("url", "token", "payload"),
+    [
+        ("http://127.0.0.1:9000/bkt/k%C3%BC%20b%2Bc", None, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+        ("http://127.0.0.1:9000/bkt?prefix=a%2Fb%20c&uploads=", None, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+        ("https://bkt.s3.eu-west-1.amazonaws.com/x/y.bin?uploadId=a%2Bb", "SESSION-TOKEN", "UNSIGNED-PAYLOAD"),
+    ],
+)
+def test_the_signature_is_botocores(url: str, token: str | None, payload: str) -> None:
+    """The driver's SigV4 (sigv4_headers) gives the signature botocore gives the same request."""
+    import datetime as dt
+    from unittest import mock
+    from urllib.parse import urlsplit
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    from portable_obstore.s3 import sigv4_headers
+
+    now = dt.datetime(2026, 12, 1, 10, 0, 0, tzinfo=dt.UTC)
+    headers = {"x-amz-meta-cache-control": "meta  value", "Cache-Control": "no-store", "If-None-Match": "*"}
+    from botocore.config import Config
+
+    native = AWSRequest(method="PUT", url=url, headers=headers)
+    native.context["client_config"] = Config(s3={"payload_signing_enabled": payload != "UNSIGNED-PAYLOAD"})
+    with mock.patch("botocore.auth.get_current_datetime", return_value=now.replace(tzinfo=None)):
+        S3SigV4Auth(Credentials("AKID", "SECRET", token), "s3", "eu-west-1").add_auth(native)
+    parts = urlsplit(url)
+    ours = sigv4_headers(
+        "PUT", parts.netloc, parts.path, parts.query, headers, payload,
+        credentials=("AKID", "SECRET", token), region="eu-west-1", now=now,
+    )
+    assert ours["authorization"] == native.headers["Authorization"]
+    assert "SECRET" not in repr(ours)
+
+
+def test_header_like_metadata_stays_metadata_and_headers_come_from_named_options(bucket: Bucket) -> None:
+    from portable.driver.storage import WriteOptions
+
+    metadata = {"cache-control": "m1", "content-type": "m2", "storage-class": "GLACIERX", "contentencoding": "m3"}
+    etag = bucket.put("hl.txt", b"x", metadata=metadata)  # GLACIERX as a header would fail the put
+    info = bucket.head("hl.txt")
+    assert (dict(info.metadata), info.etag, info.cache_control) == (metadata, etag, None)
+    bucket.driver.put("named.txt", b"y", WriteOptions(cache_control="no-cache", content_disposition="inline"))
+    info = bucket.head("named.txt")
+    assert (info.cache_control, info.content_disposition, dict(info.metadata)) == ("no-cache", "inline", {})
+
+
+def test_the_signed_requests_are_classified(bucket: Bucket) -> None:
+    from portable_obstore.s3 import S3RequestFailed
+
+    from portable.driver.conditions import note_condition
+    from portable.driver.storage import WriteOptions
+    from portable.errors import AlreadyExists, NotFound, Throttled, Unsupported
+
+    def wrapped(exc: Exception) -> Exception:
+        return bucket._guard.wrap("put k", exc)
+
+    refused = S3RequestFailed("PUT 'k'", 412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")
+    assert type(wrapped(refused)) is PreconditionFailed
+    note_condition(refused, WriteOptions(if_none_match=True))
+    assert type(wrapped(refused)) is AlreadyExists
+    assert type(wrapped(S3RequestFailed("GET", 501, "NotImplemented", "no"))) is Unsupported
+    assert type(wrapped(S3RequestFailed("DELETE", 404, "NoSuchUpload", "gone"))) is NotFound
+    assert type(wrapped(S3RequestFailed("PUT", 503, "SlowDown", "slow"))) is Throttled
+    assert wrapped(S3RequestFailed("PUT", 500, "InternalError", "oops")).retryable
+
+
+def test_an_unreachable_endpoint_for_a_signed_request_is_unavailable(aws: dict[str, str], s3_bucket: str) -> None:
+    from tests.emulators.harness import free_port
+
+    url = f"s3://{s3_bucket}?region=us-east-1&endpoint_url=http://127.0.0.1:{free_port()}&timeout=2"
+    b = open_bucket(url, profile=contract_profile(url))
+    with pytest.raises(Unavailable) as info:
+        b.put("x", b"1", metadata={"cache-control": "m"})
+    assert info.value.retryable
