@@ -103,6 +103,7 @@ from portable.driver.http import normal_etag, range_header
 from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
 from portable.driver.naming import check_s3_bucket_name, parse_s3_url
 from portable.driver.storage import ListPage, ObjectInfo, StorageDriver, WriteOptions, WriteStream
+from portable.errors import Internal
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
@@ -555,15 +556,33 @@ class _S3Write(WriteStream):
         self._options = options
         self._part_size = part_size
         self._pending = bytearray()
+        self._broken: BaseException | None = None
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
 
     def write(self, data: bytes) -> None:
+        # A failed write must append nothing (the Bucket may retry it): before any part of
+        # it went out, the bytes are taken back; after, the stream cannot be made whole.
+        if self._broken is not None:
+            raise Internal("an earlier write of this stream failed part-way; it was aborted", retryable=False)
+        mark = len(self._pending)
+        flushed = 0
         self._pending += data
-        while len(self._pending) >= 2 * self._part_size:
-            self._flush_one()
-        if len(self._pending) > self._part_size:
-            self._flush_one()
+        try:
+            while len(self._pending) >= 2 * self._part_size:
+                self._flush_one()
+                flushed += 1
+            if len(self._pending) > self._part_size:
+                self._flush_one()
+        except Exception as exc:
+            if flushed == 0:
+                del self._pending[mark:]
+                raise
+            self._broken = exc
+            raise Internal(
+                f"a part upload failed after {flushed} part(s) of this write went out; the stream is aborted",
+                retryable=False,
+            ) from exc
 
     def _flush_one(self) -> None:
         part = bytes(self._pending[: self._part_size])
@@ -584,6 +603,8 @@ class _S3Write(WriteStream):
         self._parts.append({"PartNumber": number, "ETag": resp["ETag"]})
 
     def commit(self) -> str | None:
+        if self._broken is not None:
+            raise Internal("an earlier write of this stream failed part-way; it was aborted", retryable=False)
         if self._upload_id is None:
             driver = self._driver
             return driver._run(driver._put, self._key[len(driver._root) :], bytes(self._pending), self._options)
