@@ -8,7 +8,7 @@ Needs ``pip install -r bench/requirements-compare.txt`` and the emulators
 s3s-fs 0.14.1 store (Rust, crates.io) behind our own accept loop that sets
 TCP_NODELAY, which the stock s3s-fs binary does not (its 1 KiB GETs waited
 15-40 ms for a delayed ACK, so small-GET figures measured a timer). It is built
-once with ``cargo build --release --locked`` into ``.cache/s3s-server``
+once with ``cargo build --release --locked`` into ``~/.cache/portable/s3s-server-0.14.1``
 (``--build-server`` builds it: about 3 minutes of CPU; nothing else is
 downloaded at run time).
 
@@ -60,7 +60,7 @@ from bench import _compare_clients as cc  # noqa: E402
 from bench._common import table, write  # noqa: E402
 
 S3S_CRATE = ROOT / "bench" / "s3s-server"  # s3s-fs 0.14.1, the newest that builds with rustc 1.95 (0.17 needs 1.96)
-S3S_ROOT = ROOT / ".cache" / "s3s-server"
+S3S_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "portable" / "s3s-server-0.14.1"  # as scripts/install-emulators.sh builds it
 S3S_BIN = S3S_ROOT / "target" / "release" / "portable-s3s-server"
 DOC = ROOT / "docs" / "performance.md"
 PLOT = ROOT / "docs" / "performance.png"
