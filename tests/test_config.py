@@ -288,3 +288,26 @@ def test_an_unknown_capability_in_a_profile_made_in_code_is_refused_when_the_buc
     profile = Profile(name="code", storage="mem://c", queue="mem://c", jobs="local://", requires=("signed_url",))
     with pytest.raises(ConfigError, match=r"unknown capability 'signed_url' \(did you mean signed_urls\?\)"):
         open_bucket(profile=profile)
+
+
+def test_the_configuration_page_is_a_valid_configuration_and_its_errors_are_the_real_ones(clean_env):
+    from tests.docs_pages import DOCS, blocks
+
+    page = DOCS / "configuration.md"
+    write(clean_env / "portable.toml", "\n".join(b.code for b in blocks(page, "toml")))
+    aws = load_profile("aws")
+    assert aws.resilience.retry_budget is not None and aws.resilience.retry_budget.max_tokens == 100
+    shown = [line for b in blocks(page, "text") for line in b.code.splitlines() if line.startswith("portable.toml: profiles.")]
+    assert len(shown) == 5
+    for line in shown:
+        where, _, rest = line.removeprefix("portable.toml: profiles.prod.").partition(" = ")
+        if where.startswith("requires"):
+            text = '[profiles.prod]\nrequires = ["conditonal_create"]\n'
+        else:
+            *tables, key = ["resilience", *where.split(".")[1:]]
+            value = rest.split(":")[0]
+            text = f"[profiles.prod.{'.'.join(tables)}]\n{key} = {value}\n"
+        write(clean_env / "portable.toml", text)
+        with pytest.raises(ConfigError) as info:
+            load_profile("prod")
+        assert str(info.value).startswith(line.removesuffix("..."))
