@@ -4,15 +4,17 @@
     .venv/bin/python bench/resilience_bench.py [--calls 100000] [--rounds 9] [--claims 2000]
 
 1. Success-path overhead per call of ``Guard.call`` (breaker + retry policy +
-   deadline check) against calling the function bare; also inside a
+   retry budget + deadline check) against calling the function bare; also
+   without the retry budget (its cost is one counter a call), inside a
    ``deadline()`` block, with a profile deadline and per-attempt timeout,
    with tenacity strategies in the RetryPolicy, and tenacity's ``Retrying``
    for comparison. Target: <= 3 us (sync).
 2. The same for ``Guard.acall`` against a bare ``await``; tenacity's
    ``AsyncRetrying`` for comparison. Target: <= 5 us (async).
 
-Where ``RetryPolicy`` takes no tenacity strategies (commits before it did), the
-strategies contestants are left out, so one copy of this script compares two commits.
+Where ``RetryPolicy`` takes no tenacity strategies, or ``ResiliencePolicy`` no
+retry budget (commits before they did), those contestants are left out, so one
+copy of this script compares two commits.
 3. Breaker throughput under 16 threads against the same Guard without a
    breaker, and pybreaker's for comparison. Each call is I/O-like (it sleeps
    0.2 ms, releasing the GIL as a network call does). Target: >= 0.95x. A
@@ -102,10 +104,20 @@ def strategies_policy(tenacity: Any) -> ResiliencePolicy | None:
     return ResiliencePolicy(retry=retry)
 
 
+def unbudgeted_policy() -> ResiliencePolicy | None:
+    """The default policy without its retry budget, or None where ResiliencePolicy has no budget."""
+    try:
+        return ResiliencePolicy(retry_budget=None)  # type: ignore[call-arg,unused-ignore]
+    except TypeError:
+        return None
+
+
 def sync_success(calls: int, rounds: int) -> list[dict[str, Any]]:
     import tenacity
 
     guard = Guard("bench", "sync", Classifier())
+    unbudgeted_policy_ = unbudgeted_policy()
+    unbudgeted = Guard("bench", "sync-unbudgeted", Classifier(), unbudgeted_policy_) if unbudgeted_policy_ else None
     with_strategies = strategies_policy(tenacity)
     strategies = Guard("bench", "strategies", Classifier(), with_strategies) if with_strategies else None
     bounded = Guard("bench", "bounded", Classifier(), ResiliencePolicy(deadline=60, retry=RetryPolicy(timeout=5)))
@@ -119,6 +131,13 @@ def sync_success(calls: int, rounds: int) -> list[dict[str, Any]]:
 
     def guarded() -> int:
         call = guard.call
+        for i in rng:
+            call("read", "get k", work, i)
+        return calls
+
+    def guarded_unbudgeted() -> int:
+        assert unbudgeted is not None
+        call = unbudgeted.call
         for i in rng:
             call("read", "get k", work, i)
         return calls
@@ -151,6 +170,10 @@ def sync_success(calls: int, rounds: int) -> list[dict[str, Any]]:
     contestants: dict[str, Callable[[], int]] = {
         "bare call": bare,
         "Guard.call": guarded,
+    }
+    if unbudgeted is not None:
+        contestants["Guard.call, no retry budget"] = guarded_unbudgeted
+    contestants |= {
         "Guard.call in deadline()": guarded_in_deadline,
         "Guard.call, profile deadline + timeout": guarded_profile_deadline,
     }
@@ -164,6 +187,8 @@ def async_success(calls: int, rounds: int) -> list[dict[str, Any]]:
     import tenacity
 
     guard = Guard("bench", "async", Classifier())
+    unbudgeted_policy_ = unbudgeted_policy()
+    unbudgeted = Guard("bench", "async-unbudgeted", Classifier(), unbudgeted_policy_) if unbudgeted_policy_ else None
     bounded = Guard("bench", "abounded", Classifier(), ResiliencePolicy(retry=RetryPolicy(timeout=5)))
     with_strategies = strategies_policy(tenacity)
     strategies = Guard("bench", "astrategies", Classifier(), with_strategies) if with_strategies else None
@@ -180,6 +205,13 @@ def async_success(calls: int, rounds: int) -> list[dict[str, Any]]:
 
     async def guarded() -> int:
         acall = guard.acall
+        for i in rng:
+            await acall("read", "get k", awork, i)
+        return calls
+
+    async def guarded_unbudgeted() -> int:
+        assert unbudgeted is not None
+        acall = unbudgeted.acall
         for i in rng:
             await acall("read", "get k", awork, i)
         return calls
@@ -208,6 +240,10 @@ def async_success(calls: int, rounds: int) -> list[dict[str, Any]]:
         contestants: dict[str, Callable[[], int]] = {
             "bare await": lambda: loop.run_until_complete(bare()),
             "Guard.acall": lambda: loop.run_until_complete(guarded()),
+        }
+        if unbudgeted is not None:
+            contestants["Guard.acall, no retry budget"] = lambda: loop.run_until_complete(guarded_unbudgeted())
+        contestants |= {
             "Guard.acall, per-attempt timeout": lambda: loop.run_until_complete(guarded_timeout()),
         }
         if strategies is not None:

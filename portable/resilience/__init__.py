@@ -17,7 +17,9 @@ Every call a portable type makes to a driver goes through :meth:`Guard.call`
    (or the policy's tenacity ``wait``, ``stop`` and ``retry`` strategies, see
    :class:`RetryPolicy`), at least as long as the provider's Retry-After (a
    throttled answer without one backs off one step further), never past the
-   overall deadline, at most ``max_attempts`` times in all.
+   overall deadline, at most ``max_attempts`` times in all, and only while
+   the endpoint's retry budget has a token (else the last error is raised
+   at once, saying so).
 
 Deadlines:
     :func:`deadline` gives every portable call inside a ``with`` block an
@@ -30,12 +32,21 @@ Deadlines:
 
 Breakers are kept per (provider, endpoint, operation class) and shared by
 every object that talks to the same endpoint, so one outage opens one breaker.
-The first policy that creates a breaker sets it; :func:`reset_breakers`
-forgets them all.
+A breaker counts what the caller sees: one outcome per call, however many
+attempts it took. The first policy that creates a breaker sets it;
+:func:`reset_breakers` forgets them all (and the retry budgets).
+
+Retry budgets are kept per (provider, endpoint), one token bucket shared by
+the sync and async faces of every object that talks to the endpoint (see
+:class:`RetryBudget`): retries are at most a fraction of recent calls plus a
+small floor, so a partial outage multiplies the endpoint's load by about
+``1 + ratio`` instead of ``max_attempts``. Their counters are
+:meth:`EndpointRetryBudget.stats`; :func:`add_retry_budget_listener` hears
+when one runs dry and when it recovers.
 
 The modules behind this one: ``_policy`` (the policy records), ``_deadline``
 (deadlines and the per-attempt timeout), ``_breaker`` (breakers and their
-registry), ``_attempts`` (what is decided between attempts, shared by the sync
+registry), ``_budget`` (retry budgets and theirs), ``_attempts`` (what is decided between attempts, shared by the sync
 and async faces) and ``_guard`` (the guard and its loops).
 """
 
@@ -49,23 +60,38 @@ from ._breaker import (
     breaker_for,
     reset_breakers,
 )
+from ._budget import (
+    EndpointRetryBudget,
+    RetryBudgetListener,
+    RetryBudgetStats,
+    add_retry_budget_listener,
+    reset_retry_budgets,
+    retry_budget_for,
+)
 from ._deadline import attempt_timeout, current_deadline, deadline, remaining
 from ._guard import Guard
-from ._policy import BreakerPolicy, ResiliencePolicy, RetryPolicy
+from ._policy import BreakerPolicy, ResiliencePolicy, RetryBudget, RetryPolicy
 
 __all__ = [
     "BreakerListener",
     "BreakerPolicy",
     "BreakerState",
     "CircuitBreaker",
+    "EndpointRetryBudget",
     "Guard",
     "ResiliencePolicy",
+    "RetryBudget",
+    "RetryBudgetListener",
+    "RetryBudgetStats",
     "RetryPolicy",
     "add_breaker_listener",
+    "add_retry_budget_listener",
     "attempt_timeout",
     "breaker_for",
     "current_deadline",
     "deadline",
     "remaining",
     "reset_breakers",
+    "reset_retry_budgets",
+    "retry_budget_for",
 ]

@@ -1,9 +1,10 @@
 """What a guard decides between the attempts of one call, shared by its sync and async faces.
 
 :class:`Attempts` does no I/O: the guard's two loops (sync and async) call the
-driver and sleep. This class tallies each outcome with the breaker, decides
-whether a failure is final and how long to wait before the next attempt, and
-takes the breaker's leave for it. Each attempt runs inside ``with attempts:``,
+driver and sleep. This class tallies the call's outcome with the breaker (once,
+when the call ends: the breaker counts what the caller sees), decides whether
+a failure is final and how long to wait before the next attempt, takes a token
+from the endpoint's retry budget for it, and takes the breaker's leave for it. Each attempt runs inside ``with attempts:``,
 which keeps a failure for the next decision and tallies a success. The bare
 first attempt of ``Guard.call`` and ``Guard.acall`` needs none of it, so an
 :class:`Attempts` is made only once a call fails.
@@ -95,7 +96,7 @@ class Attempts:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         """End the attempt in flight.
 
-        A success is tallied; an ordinary failure is kept for
+        A success is tallied (it ends the call); an ordinary failure is kept for
         :meth:`backoff_or_raise` and suppressed; an interruption
         (KeyboardInterrupt, cancellation) gives a probe's slot back and propagates.
         """
@@ -111,20 +112,36 @@ class Attempts:
         return False
 
     def backoff_or_raise(self) -> float:
-        """Tally the failed attempt, then raise its error if it is final, else return the wait before the next.
+        """Raise the failed attempt's error if it is final, else take a retry token and return the wait before the next.
+
+        The breaker hears of the failure only if it ends the call (a half-open
+        probe's attempt is tallied at once: a probe is judged on its own).
 
         Raises:
             PortableError: the failure wrapped once, when it is not retryable, the
-                attempts or the strategies are spent, or the provider asked
-                for a longer wait than ``max_retry_after``.
+                attempts or the strategies are spent, the provider asked for a
+                longer wait than ``max_retry_after``, or the endpoint's retry
+                budget is exhausted (the message says so).
             DeadlineExceeded: the wait would pass the deadline in force.
         """
         exc = self.failure
         assert exc is not None, "no attempt has failed"
+        err = self.guard.wrap(self.what, exc)
+        healthy = err.code not in UNHEALTHY_CODES
+        breaker = self.breaker
+        judged = bool(self.probe) and breaker is not None
+        if judged:
+            breaker.record(healthy, self.probe)  # type: ignore[union-attr]
+        try:
+            return self._wait_before_retry(err, exc)
+        except BaseException:
+            if breaker is not None and not judged:
+                breaker.record(healthy)  # the call ends here: this is what its caller sees
+            raise
+
+    def _wait_before_retry(self, err: PortableError, exc: Exception) -> float:
+        """The wait before the next attempt after ``err`` (``exc`` wrapped), or raise ``err`` if it is final."""
         guard = self.guard
-        err = guard.wrap(self.what, exc)
-        if self.breaker is not None:
-            self.breaker.record(err.code not in UNHEALTHY_CODES, self.probe)
         cause = None if err is exc else exc
         retry = guard.policy.retry
         attempt = self.attempt
@@ -142,6 +159,14 @@ class Attempts:
         at = DEADLINE_AT.get()
         if at is not None and time.monotonic() + delay >= at:
             raise deadline_error(guard.provider, self.what, attempt, err) from exc
+        budget = guard.retry_budget
+        if budget is not None and not budget.try_spend():
+            err.message = (
+                f"{err.message} (not retried: the retry budget of {budget.name} is exhausted, "
+                f"after {attempt} attempt(s); too many calls to it are failing)"
+            )
+            err.args = (err.message,)
+            raise err from cause
         return delay
 
     def admit_next(self) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from ..driver.redaction import redact
 from ..errors import CircuitOpen, InvalidArgument
+from ._budget import reset_retry_budgets
 from ._policy import BreakerPolicy
 
 
@@ -32,7 +33,9 @@ _LISTENERS_OF_EVERY_BREAKER: list[BreakerListener] = []
 class CircuitBreaker:
     """A failure-rate circuit breaker over a sliding window of recent calls.
 
-    Closed: calls pass; each outcome is tallied. When at least ``min_calls``
+    Closed: calls pass; each outcome is tallied. A :class:`Guard` tallies one
+    outcome per call, when the call ends, whatever number of attempts it took:
+    the breaker counts what the caller sees. When at least ``min_calls``
     of the last ``window`` calls are in and the failure fraction reaches
     ``failure_rate``, it opens. Open: calls fail fast with CircuitOpen until
     ``open_seconds`` have passed. Half-open: up to ``half_open_probes`` calls
@@ -261,9 +264,12 @@ def add_breaker_listener(listener: BreakerListener) -> Callable[[], None]:
 
 
 def reset_breakers() -> None:
-    """Forget every breaker (tests, or after reconfiguration).
+    """Forget every breaker, and every retry budget (tests, or after reconfiguration).
 
-    Guards made before keep the breakers they hold; make new ones.
+    Both are per-endpoint state that a test or a reconfiguration starts afresh;
+    :func:`reset_retry_budgets` forgets the budgets alone. Guards made before
+    keep the breakers and budgets they hold; make new ones.
     """
     with _REGISTRY_LOCK:
         _BREAKER_REGISTRY.clear()
+    reset_retry_budgets()

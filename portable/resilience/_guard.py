@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -11,6 +12,7 @@ from ..driver.redaction import redact, scrub_exception_chain
 from ..errors import DeadlineExceeded, ErrorCode, PortableError, error_for
 from ._attempts import Attempts, names_a_strategy
 from ._breaker import CircuitBreaker, breaker_for
+from ._budget import EndpointRetryBudget, retry_budget_for
 from ._deadline import (
     ATTEMPT_LIMIT,
     DEADLINE_AT,
@@ -43,6 +45,11 @@ async def _asyncio_sleep(delay: float) -> None:
     await asyncio.sleep(delay)
 
 
+#: what a guard without a retry budget counts its calls with: the same C call as a budget's, so that
+#: the success path has no branch on whether there is one
+_NO_BUDGET_COUNTER = itertools.count().__next__
+
+
 def _needs_set_up(policy: ResiliencePolicy) -> bool:
     """Whether a call under ``policy`` needs set-up before its first attempt (so no bare fast path).
 
@@ -53,21 +60,27 @@ def _needs_set_up(policy: ResiliencePolicy) -> bool:
 
 
 class Guard:
-    """Runs driver calls under one retry policy and per-operation-class breakers.
+    """Runs driver calls under one retry policy, per-operation-class breakers and the endpoint's retry budget.
 
     A portable type holds one Guard per driver. ``call(op_class, what, fn,
     *args)`` runs ``fn(*args)``; ``acall`` awaits ``fn(*args)``. ``op_class``
     picks the breaker ("read", "write", "publish", ...); ``what`` names the
     operation and its target in error messages, so it must hold no secret.
 
+    Breakers count what the caller sees: one tally per call, made when the
+    call ends, however many attempts it took (a call that succeeded after
+    retries is a success; one that failed after its retries is a failure if
+    its error says the provider is unhealthy). A half-open probe is the
+    exception: each probing attempt is judged on its own.
+
     Args:
         provider: the scheme, for error messages and breaker names.
-        endpoint: where requests go; breakers are shared per endpoint.
+        endpoint: where requests go; breakers and the retry budget are shared per endpoint.
         classifier: the driver (``code_of``, ``is_retryable``, ``retry_after``).
         policy: retries, breakers and the default deadline. Defaults to
             :class:`ResiliencePolicy()`.
-        clock: monotonic seconds for the breakers and for the elapsed time
-            tenacity strategies see (tests pass a fake one).
+        clock: monotonic seconds for the breakers, the retry budget's refill and
+            the elapsed time tenacity strategies see (tests pass a fake one).
         sleep, asleep: how to wait between attempts (tests pass fakes).
         rng: the built-in backoff's random source (tests pass a seeded one).
     """
@@ -75,7 +88,9 @@ class Guard:
     __slots__ = (
         "_asleep",
         "_breakers",
+        "_budget",
         "_classifier",
+        "_note_call",
         "_policy",
         "_set_up_each_call",
         "_sleep",
@@ -99,8 +114,8 @@ class Guard:
     ) -> None:
         self.provider = provider
         self.endpoint = endpoint
-        self.policy = policy or ResiliencePolicy()
         self.clock = clock
+        self.policy = policy or ResiliencePolicy()
         self.rng = rng
         self._classifier = classifier
         self._sleep = sleep
@@ -120,6 +135,14 @@ class Guard:
         # decided once here, so that the success path reads one flag instead of the policy's fields
         self._policy = policy
         self._set_up_each_call = _needs_set_up(policy)
+        rb = policy.retry_budget
+        self._budget = None if rb is None else retry_budget_for(self.provider, self.endpoint, rb, self.clock)
+        self._note_call = _NO_BUDGET_COUNTER if self._budget is None else self._budget.note_call
+
+    @property
+    def retry_budget(self) -> EndpointRetryBudget | None:
+        """The endpoint's retry budget, or None if the policy has none."""
+        return self._budget
 
     def breaker(self, op_class: str) -> CircuitBreaker | None:
         """The breaker guarding ``op_class``, or None if breakers are off."""
@@ -158,6 +181,7 @@ class Guard:
             except KeyError:
                 breaker = self.breaker(op_class)
             probe = breaker.before_call() if breaker is not None else 0
+            self._note_call()
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
@@ -209,6 +233,7 @@ class Guard:
             except KeyError:
                 breaker = self.breaker(op_class)
             probe = breaker.before_call() if breaker is not None else 0
+            self._note_call()
             try:
                 if at is None and (limits is None or self._policy.retry.timeout is None):
                     result = await fn(*args, **kwargs)

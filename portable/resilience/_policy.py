@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,47 @@ from ..errors import ConfigError
 #: shape: it takes a ``tenacity.RetryCallState`` and returns seconds (wait) or a verdict (stop, retry).
 #: Typed loosely on purpose, so that tenacity's types never appear in portable's public API.
 Strategy = Callable[[Any], Any]
+
+
+def shown_value(value: Any) -> str:
+    """A setting's value as a reader wrote it: ``-5`` (not ``-5.0``), ``inf``, ``'x'``."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
+
+
+def _check_number(
+    name: str,
+    value: Any,
+    expectation: str,
+    *,
+    integer: bool = False,
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
+    optional: bool = False,
+) -> None:
+    """Refuse ``value`` unless it is a finite number (an int if ``integer``) in range.
+
+    The message is ``NAME = VALUE: EXPECTATION``, so that the configuration
+    loader can put the file and the table in front of it
+    (``portable.toml: profiles.prod.resilience.deadline = -5: must be ...``).
+
+    Raises:
+        ConfigError: a bool, a non-number, NaN, an infinity, or a number out of range.
+    """
+    if value is None and optional:
+        return
+    kinds = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (
+            (minimum is None or value >= minimum)
+            and (above is None or value > above)
+            and (maximum is None or value <= maximum)
+        )
+    if not ok:
+        raise ConfigError(f"{name} = {shown_value(value)}: {expectation}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +111,13 @@ class RetryPolicy:
     retry: Strategy | None = None
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        if self.initial_backoff < 0 or self.max_backoff < 0 or self.multiplier < 1:
-            raise ConfigError("backoffs must be >= 0 and multiplier >= 1")
-        if self.timeout is not None and not self.timeout > 0:
-            raise ConfigError(f"timeout must be > 0 seconds or None, got {self.timeout}")
-        if self.max_retry_after < 0:
-            raise ConfigError(f"max_retry_after must be >= 0, got {self.max_retry_after}")
+        _check_number("max_attempts", self.max_attempts, "must be a whole number >= 1", integer=True, minimum=1)
+        seconds = "must be a finite number of seconds >= 0"
+        _check_number("initial_backoff", self.initial_backoff, seconds, minimum=0)
+        _check_number("max_backoff", self.max_backoff, seconds, minimum=0)
+        _check_number("multiplier", self.multiplier, "must be a finite number >= 1", minimum=1)
+        _check_number("timeout", self.timeout, "must be a positive number of seconds", above=0, optional=True)
+        _check_number("max_retry_after", self.max_retry_after, seconds, minimum=0)
         for name in ("wait", "stop", "retry"):
             strategy = getattr(self, name)
             if strategy is not None and not callable(strategy):
@@ -122,31 +163,84 @@ class BreakerPolicy:
     half_open_probes: int = 1
 
     def __post_init__(self) -> None:
-        if not 0 < self.failure_rate <= 1:
-            raise ConfigError(f"breaker failure_rate must be in (0, 1], got {self.failure_rate}")
-        if self.window < 1 or self.min_calls < 1 or self.half_open_probes < 1:
-            raise ConfigError("breaker window, min_calls and half_open_probes must be >= 1")
+        _check_number(
+            "failure_rate", self.failure_rate, "must be a fraction above 0 and at most 1", above=0, maximum=1
+        )
+        for name in ("window", "min_calls", "half_open_probes"):
+            _check_number(name, getattr(self, name), "must be a whole number >= 1", integer=True, minimum=1)
         if self.min_calls > self.window:
-            raise ConfigError(
-                f"breaker min_calls ({self.min_calls}) must be <= window ({self.window}), or it never opens"
-            )
-        if self.open_seconds < 0:
-            raise ConfigError("breaker open_seconds must be >= 0")
+            raise ConfigError(f"min_calls = {self.min_calls}: must be <= window ({self.window}), or it never opens")
+        _check_number("open_seconds", self.open_seconds, "must be a finite number of seconds >= 0", minimum=0)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryBudget:
+    """How many retries an endpoint may take across all its calls: a token bucket.
+
+    One budget is kept per (provider, endpoint) and shared by every guard,
+    sync or async, that talks to that endpoint. Every call the guard lets
+    through deposits ``ratio`` tokens; the clock adds ``min_per_second``
+    tokens a second; the bucket holds at most ``max_tokens`` and starts full.
+    Each retry takes one token. A retry that finds less than one token is not
+    made: the call fails at once with its last error, whose message says the
+    retry budget is exhausted. First attempts never need a token, so a budget
+    never refuses a call, only its retries.
+
+    So over any stretch of time, retries are at most ``ratio`` of the calls,
+    plus ``min_per_second`` a second, plus the ``max_tokens`` a quiet endpoint
+    has saved up: a partial outage that does not open the breaker multiplies
+    the load on the endpoint by about ``1 + ratio``, not by ``max_attempts``.
+    The same idea as the AWS SDKs' retry quota, gRPC's retry throttling and
+    Finagle's retry budget.
+
+    Attributes:
+        ratio: tokens each call deposits: the fraction of calls that may be
+            retried once load is high. Defaults to 0.25: with 4 attempts a
+            20% transient error rate needs 0.248 retries a call and is
+            absorbed; a 30% rate would need 0.42 and is held to about 1.25x
+            the calls. 0 leaves only the floor.
+        min_per_second: tokens the clock adds each second, the floor that
+            lets a quiet endpoint retry. Defaults to 10.
+        max_tokens: the most tokens the bucket holds (the largest burst of
+            retries), and what it starts with. Defaults to 100.
+
+    Raises:
+        ConfigError: a number out of range, NaN or infinite.
+    """
+
+    ratio: float = 0.25
+    min_per_second: float = 10.0
+    max_tokens: float = 100.0
+
+    def __post_init__(self) -> None:
+        _check_number("ratio", self.ratio, "must be a fraction from 0 to 1", minimum=0, maximum=1)
+        _check_number("min_per_second", self.min_per_second, "must be a finite number >= 0", minimum=0)
+        _check_number("max_tokens", self.max_tokens, "must be a finite number >= 1", minimum=1)
 
 
 @dataclass(frozen=True, slots=True)
 class ResiliencePolicy:
-    """The retry and breaker policy of a profile (``[profiles.X.resilience]``).
+    """The retry, breaker and retry-budget policy of a profile (``[profiles.X.resilience]``).
 
-    ``breaker=None`` turns breakers off. ``deadline`` is a default overall
-    deadline in seconds for each guarded call, retries included, or None; a
-    tighter :func:`deadline` block still wins.
+    ``breaker=None`` turns breakers off; ``retry_budget=None`` turns the
+    per-endpoint retry budget off (each call then retries up to
+    ``max_attempts`` whatever the others do). ``deadline`` is a default
+    overall deadline in seconds for each guarded call, retries included, or
+    None; a tighter :func:`deadline` block still wins.
+
+    Raises:
+        ConfigError: ``deadline`` is not a positive finite number of seconds, or
+            a part is not the record it should be.
     """
 
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     breaker: BreakerPolicy | None = field(default_factory=BreakerPolicy)
     deadline: float | None = None
+    retry_budget: RetryBudget | None = field(default_factory=RetryBudget)
 
     def __post_init__(self) -> None:
-        if self.deadline is not None and not self.deadline > 0:
-            raise ConfigError(f"deadline must be > 0 seconds or None, got {self.deadline}")
+        _check_number("deadline", self.deadline, "must be a positive number of seconds", above=0, optional=True)
+        for name, kind in (("retry", RetryPolicy), ("breaker", BreakerPolicy), ("retry_budget", RetryBudget)):
+            value = getattr(self, name)
+            if not isinstance(value, kind) and not (value is None and name != "retry"):
+                raise ConfigError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from portable.driver import Classifier, ErrorCode
-from portable.resilience import BreakerPolicy, Guard, ResiliencePolicy, RetryPolicy
+from portable.resilience import BreakerPolicy, Guard, ResiliencePolicy, RetryBudget, RetryPolicy
 
 
 class SlowDown(Exception):
@@ -75,10 +75,12 @@ def guard(
     sleeps: Sleeps | None = None,
     rng: random.Random | None = None,
     endpoint: str = "test-endpoint",
+    budget: RetryBudget | None = RetryBudget(),
     **retry: Any,
 ) -> Guard:
     policy = ResiliencePolicy(
-        retry=RetryPolicy(max_attempts=attempts, timeout=timeout, **retry), breaker=breaker, deadline=deadline
+        retry=RetryPolicy(max_attempts=attempts, timeout=timeout, **retry), breaker=breaker, deadline=deadline,
+        retry_budget=budget,
     )
     return Guard(
         "fake", endpoint, Driver(), policy,

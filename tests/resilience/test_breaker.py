@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
 import pytest
 
-from portable.errors import CircuitOpen, ConfigError, NotFound, Unavailable
+from portable.errors import (
+    CircuitOpen,
+    ConfigError,
+    DeadlineExceeded,
+    NotFound,
+    Throttled,
+    Unavailable,
+)
 from portable.resilience import (
     BreakerPolicy,
     BreakerState,
     CircuitBreaker,
+    Guard,
+    ResiliencePolicy,
     add_breaker_listener,
     breaker_for,
 )
 
-from .helpers import Clock, Script, Sleeps, guard
+from .helpers import Clock, Driver, Script, Sleeps, guard
 
 
 class Outage:
@@ -257,3 +267,113 @@ def test_sixteen_threads_share_a_closed_breaker_without_losing_tallies() -> None
     breaker = g.breaker("read")
     assert breaker is not None and breaker.state == BreakerState.CLOSED
     assert len(breaker._outcomes) == 1000 and breaker.failure_rate() == 0
+
+
+# -- what the breaker counts: the calls its callers see, not the attempts ---------------------
+
+
+def test_a_call_that_succeeds_after_retries_is_one_success_and_one_that_fails_after_them_one_failure() -> None:
+    g = guard(attempts=4, breaker=BreakerPolicy(failure_rate=0.5, window=4, min_calls=4), budget=None)
+    breaker = g.breaker("write")
+    assert breaker is not None
+    for _ in range(10):  # each call fails 3 times and then succeeds: 30 failed attempts in all
+        assert g.call("write", "put k", Script(*(ConnectionError("reset") for _ in range(3)))) == "ok"
+    assert breaker.state == BreakerState.CLOSED and breaker.failure_rate() == 0
+    script = Script(*(ConnectionError("reset") for _ in range(4)))
+    with pytest.raises(Unavailable):
+        g.call("write", "put k", script)
+    assert script.calls == 4  # four attempts ...
+    assert breaker.failure_rate() == pytest.approx(1 / 4)  # ... one failed call in the window of four
+
+
+class _Transient:
+    """A driver call that fails with a connection reset ``rate`` of the time, from a seeded random source."""
+
+    def __init__(self, rate: float, seed: int) -> None:
+        self.rate = rate
+        self.random = random.Random(seed)
+        self.attempts = 0
+        self.failed = 0
+
+    def __call__(self, key: str) -> str:
+        self.attempts += 1
+        if self.random.random() < self.rate:
+            self.failed += 1
+            raise ConnectionResetError(f"reset while writing {key}")
+        return "etag"
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_twenty_percent_transient_faults_never_open_the_default_breaker(seed: int) -> None:
+    # The default policy (4 attempts, the default breaker and retry budget) at 1,000 calls a second of
+    # fake time; the backoffs are recorded, not slept. Before breakers counted calls, every one of
+    # these seeds opened the breaker on the failed attempts that the retries absorbed.
+    clock, sleeps = Clock(), Sleeps()
+    g = Guard("fake", f"transient-{seed}", Driver(), ResiliencePolicy(), clock=clock, sleep=sleeps, rng=random.Random(seed))
+    changes: list[tuple[str, str]] = []
+    for op in ("read", "write"):
+        breaker = g.breaker(op)
+        assert breaker is not None
+        breaker.add_listener(lambda b, old, new: changes.append((old, new)))
+    writes, reads = _Transient(0.2, seed), _Transient(0.2, seed + 100)
+    failed_calls = 0
+    for i in range(2000):
+        for op, fn in (("write", writes), ("read", reads)):
+            clock.advance(0.001)
+            try:
+                assert g.call(op, f"{op} k{i}", fn, f"k{i}") == "etag"
+            except Unavailable as exc:
+                assert not isinstance(exc, CircuitOpen), f"seed {seed}: the breaker opened at call {i}"
+                failed_calls += 1  # all four attempts failed: 0.2**4 of the calls, about 6 in 4,000
+    assert changes == []
+    assert writes.failed + reads.failed > 700  # about 1,000 faults were injected, and retries absorbed them
+    assert failed_calls < 30
+    budget = g.retry_budget
+    assert budget is not None and budget.stats().refused == 0  # the default budget absorbs 20% too
+
+
+def test_twenty_percent_faults_from_the_chaos_driver_never_open_the_default_breaker(unique_name: str) -> None:
+    from portable.driver.storage import WriteOptions
+    from portable.testing.chaos import ChaosStorage
+    from portable.urls import open_driver
+
+    for seed in range(10):
+        driver = open_driver("storage", f"chaos+mem://{unique_name}-{seed}?seed={seed}&error_rate=0.2&retry_after=0")
+        assert isinstance(driver, ChaosStorage)
+        clock = Clock()
+        g = Guard(driver.scheme, driver.endpoint, driver, ResiliencePolicy(), clock=clock, sleep=Sleeps(),
+                  rng=random.Random(seed))
+        for i in range(1500):
+            for op, fn, args in (("write", driver.put, (f"k{i}", b"x", WriteOptions())), ("read", driver.get, (f"k{i}",))):
+                clock.advance(0.001)
+                try:
+                    g.call(op, f"{op} k{i}", fn, *args)
+                except (Unavailable, Throttled, DeadlineExceeded, NotFound) as exc:  # every attempt failed, or its put did
+                    assert not isinstance(exc, CircuitOpen), f"seed {seed}: the {op} breaker opened at call {i}"
+        for op in ("read", "write"):
+            breaker = g.breaker(op)
+            assert breaker is not None and breaker.state == BreakerState.CLOSED, (seed, op)
+        assert sum(driver.chaos.stats.injected.values()) > 400
+
+
+def test_an_outage_still_opens_the_default_breaker_within_its_window() -> None:
+    clock, sleeps, provider = Clock(), Sleeps(), Outage()
+    g = Guard("fake", "outage", Driver(), ResiliencePolicy(), clock=clock, sleep=sleeps, rng=random.Random(1))
+    breaker = g.breaker("write")
+    assert breaker is not None
+    default = BreakerPolicy()
+    for _ in range(30):
+        g.call("write", "put k", provider)  # healthy traffic first
+    provider.down = True
+    failed_calls = 0
+    while breaker.state == BreakerState.CLOSED:
+        with pytest.raises(Unavailable) as info:
+            g.call("write", "put k", provider)
+        assert not isinstance(info.value, CircuitOpen)
+        failed_calls += 1
+        assert failed_calls <= default.window, "an outage did not open the default breaker within its window"
+    assert failed_calls == default.min_calls  # 10 failed calls of the last 20 reach 50%
+    attempts = provider.calls
+    with pytest.raises(CircuitOpen):
+        g.call("write", "put k", provider)
+    assert provider.calls == attempts  # refused without a request

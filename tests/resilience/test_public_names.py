@@ -28,7 +28,8 @@ def test_the_public_names_the_issue_promised() -> None:
     from portable import idempotency, resilience
 
     for public in ("RetryPolicy", "BreakerPolicy", "CircuitBreaker", "Guard", "ResiliencePolicy", "deadline",
-                   "remaining", "breaker_for", "reset_breakers", "current_deadline", "BreakerState"):
+                   "remaining", "breaker_for", "reset_breakers", "current_deadline", "BreakerState", "RetryBudget",
+                   "retry_budget_for", "add_retry_budget_listener", "reset_retry_budgets", "EndpointRetryBudget"):
         assert public in resilience.__all__
     assert callable(resilience.Guard.acall)
     for public in ("IdempotencyStore", "Claim", "fingerprint", "open_store", "idempotent", "MemoryStore",
