@@ -50,7 +50,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from ._logging import install_secret_masking
-from .driver.redaction import is_secret_option, redact, scrub_exception_chain
+from .driver.redaction import MASK, is_secret_option, redact, scrub_exception_chain
 from .errors import InvalidURL, MissingDependency, UnknownScheme
 
 __all__ = [
@@ -193,20 +193,19 @@ class ParsedURL:
         value = self.options.get(name)
         if value is None:
             return default
-        try:
-            if kind is bool:
-                lowered = value.lower()
-                if lowered in ("1", "true", "yes", "on"):
-                    return True  # type: ignore[return-value]
-                if lowered in ("0", "false", "no", "off"):
-                    return False  # type: ignore[return-value]
-                raise ValueError(value)
-            return kind(value)  # type: ignore[call-arg]
-        except (TypeError, ValueError):
-            shown = "***" if is_secret_option(name) else repr(value)
-            raise InvalidURL(
-                f"option {name}={shown} in {self} must be a {kind.__name__}"
-            ) from None
+        if kind is bool:
+            lowered = value.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True  # type: ignore[return-value]
+            if lowered in ("0", "false", "no", "off"):
+                return False  # type: ignore[return-value]
+        else:
+            try:
+                return kind(value)  # type: ignore[call-arg]
+            except (TypeError, ValueError):
+                pass  # raised below, outside this block: the ValueError (which quotes the value) is no __context__
+        shown = MASK if is_secret_option(name) else repr(value)
+        raise InvalidURL(f"option {name}={shown} in {self} must be a {kind.__name__}")
 
     def take_str(self, name: str, default: str | None = None) -> str | None:
         """Read string option ``name``, or ``default``."""

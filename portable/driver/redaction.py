@@ -9,7 +9,8 @@ Every string that may carry a URL or a provider's error text passes through
   ``token``, ``sig``, ``password``, ``connection_string``, ``*_secret``,
   ``*_password``, ``*_token``, ``*_key``, ...), written as ``name=value``
   (URL queries, ``kwargs`` reprs, config dumps), ``'name': 'value'`` (dict
-  reprs, JSON) or ``Name=value;`` (Azure connection strings), whatever
+  reprs, JSON), ``Name: value`` at the start of a line (HTTP headers, signed
+  canonical requests) or ``Name=value;`` (Azure connection strings), whatever
   quotes, brackets or other characters the value holds up to the next
   ``&``, ``;`` or white space; a quoted value is masked up to its closing quote;
 * ``Bearer``/``Basic``/``SharedKey`` credentials and PEM private keys;
@@ -123,10 +124,14 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 _PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)", re.DOTALL)
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:/?#@\s]*):(?P<pw>[^/?#\s]+)@")
 _HTTP_USER = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.\-])(?:https?|wss?)://)(?P<user>[^:/?#@\s]+)@")
+#: ``user:password@host`` without a scheme (a URL whose ``scheme://`` was forgotten)
+_BARE_USERINFO = re.compile(r"(?<![A-Za-z0-9._%+\-:/])(?P<user>[A-Za-z0-9._%+\-]+):(?P<pw>[^\s@/'\"]+)@(?=[A-Za-z0-9\[])")
 _QUOTED_PAIR = re.compile(
     rf"(?P<kq>['\"])(?P<name>{_NAME})(?P=kq)(?P<sep>\s*[:=]\s*)(?P<value>{_QUOTED}|[^,}}\]\s]+)"
 )
 _PAIR = re.compile(rf"(?<![A-Za-z0-9_.\-])(?P<name>{_NAME})(?P<sep>[ \t]*=[ \t]*)(?P<value>{_QUOTED}|[^&;\s]*)")
+#: ``Name: value`` at the start of a line: HTTP headers, botocore's canonical requests
+_HEADER_LINE = re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<sep>:[ \t]*)(?P<value>[^\r\n]*)")
 _CONN_PAIR = re.compile(
     r"(?P<name>AccountKey|SharedAccessKey|SharedAccessSignature|Password|SecretKey)=(?P<value>[^;\s\"']+)",
     re.IGNORECASE,
@@ -147,18 +152,34 @@ def _mask_value(value: str) -> str:
     return MASK + value[len(core) :] if core else value
 
 
-def _pair(match: re.Match[str]) -> str:
-    if not is_secret_option(match["name"]):
-        return match[0]
-    return match[0][: match.start("value") - match.start()] + _mask_value(match["value"])
+def _sub_pairs(pattern: re.Pattern[str], text: str) -> str:
+    """Mask the value of every secret pair of ``pattern`` in ``text``.
+
+    A pair that is not a secret is skipped only up to its ``=`` or ``:``, so a
+    secret nested in its value (``config={'password': ...}``) is still found.
+    """
+    out: list[str] = []
+    pos = 0
+    while (match := pattern.search(text, pos)) is not None:
+        if is_secret_option(match["name"]):
+            out.append(text[pos : match.start("value")])
+            out.append(_mask_value(match["value"]))
+            pos = max(match.end(), match.end("sep") + 1)
+        else:
+            out.append(text[pos : match.end("sep")])
+            pos = match.end("sep")
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _redact_plain(text: str) -> str:
     text = _PEM.sub(MASK, text)
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
     text = _HTTP_USER.sub(lambda m: f"{m['scheme']}{MASK}@", text)
-    text = _QUOTED_PAIR.sub(_pair, text)
-    text = _PAIR.sub(_pair, text)
+    text = _BARE_USERINFO.sub(lambda m: f"{m['user']}:{MASK}@", text)
+    text = _sub_pairs(_QUOTED_PAIR, text)
+    text = _sub_pairs(_PAIR, text)
+    text = _sub_pairs(_HEADER_LINE, text)
     text = _CONN_PAIR.sub(lambda m: f"{m['name']}={MASK}", text)
     return _SCHEME_CREDENTIAL.sub(lambda m: f"{m['kind']} {MASK}", text)
 
