@@ -122,16 +122,18 @@ _QUOTED = r"b?'(?:\\.|[^'\\\n])*'(?=[\s&;,)\]}>]|$)|b?\"(?:\\.|[^\"\\\n])*\"(?=[
 _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 
 _PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)", re.DOTALL)
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:/?#@\s]*):(?P<pw>[^/?#\s]+)@")
+_USERINFO = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:/?#@\s]*):(?P<pw>[^/?#\s]+)@")
 _HTTP_USER = re.compile(r"(?P<scheme>(?<![A-Za-z0-9+.\-])(?:https?|wss?)://)(?P<user>[^:/?#@\s]+)@")
 #: ``user:password@host`` without a scheme (a URL whose ``scheme://`` was forgotten)
 _BARE_USERINFO = re.compile(r"(?<![A-Za-z0-9._%+\-:/])(?P<user>[A-Za-z0-9._%+\-]+):(?P<pw>[^\s@/'\"]+)@(?=[A-Za-z0-9\[])")
-_QUOTED_PAIR = re.compile(
-    rf"(?P<kq>['\"])(?P<name>{_NAME})(?P=kq)(?P<sep>\s*[:=]\s*)(?P<value>{_QUOTED}|[^,}}\]\s]+)"
-)
-_PAIR = re.compile(rf"(?<![A-Za-z0-9_.\-])(?P<name>{_NAME})(?P<sep>[ \t]*=[ \t]*)(?P<value>{_QUOTED}|[^&;\s]*)")
+# Each pair is a head (the name and its separator) and a value, matched apart: the value is
+# read only after a secret name, so text of many non-secret pairs is scanned once.
+#: ``'name': value`` / ``"name"=value``: dict reprs, JSON
+_QUOTED_PAIR = (re.compile(rf"(?P<kq>['\"])(?P<name>{_NAME})(?P=kq)\s*[:=]\s*"), re.compile(rf"{_QUOTED}|[^,}}\]\s]+"))
+#: ``name=value``: URL queries, kwargs reprs, config dumps
+_PAIR = (re.compile(rf"(?<![A-Za-z0-9_.\-])(?P<name>{_NAME})[ \t]*=[ \t]*"), re.compile(rf"{_QUOTED}|[^&;\s]*"))
 #: ``Name: value`` at the start of a line: HTTP headers, botocore's canonical requests
-_HEADER_LINE = re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<sep>:[ \t]*)(?P<value>[^\r\n]*)")
+_HEADER_LINE = (re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_.\-]*):[ \t]*"), re.compile(r"[^\r\n]*"))
 _CONN_PAIR = re.compile(
     r"(?P<name>AccountKey|SharedAccessKey|SharedAccessSignature|Password|SecretKey)=(?P<value>[^;\s\"']+)",
     re.IGNORECASE,
@@ -152,22 +154,23 @@ def _mask_value(value: str) -> str:
     return MASK + value[len(core) :] if core else value
 
 
-def _sub_pairs(pattern: re.Pattern[str], text: str) -> str:
-    """Mask the value of every secret pair of ``pattern`` in ``text``.
+def _sub_pairs(pair: tuple[re.Pattern[str], re.Pattern[str]], text: str) -> str:
+    """Mask the value of every secret pair in ``text``; ``pair`` is (head, value) patterns.
 
     A pair that is not a secret is skipped only up to its ``=`` or ``:``, so a
     secret nested in its value (``config={'password': ...}``) is still found.
     """
+    head, value_pattern = pair
     out: list[str] = []
     pos = 0
-    while (match := pattern.search(text, pos)) is not None:
+    while (match := head.search(text, pos)) is not None:
+        out.append(text[pos : match.end()])
+        pos = match.end()
         if is_secret_option(match["name"]):
-            out.append(text[pos : match.start("value")])
-            out.append(_mask_value(match["value"]))
-            pos = max(match.end(), match.end("sep") + 1)
-        else:
-            out.append(text[pos : match.end("sep")])
-            pos = match.end("sep")
+            found = value_pattern.match(text, pos)
+            value = found.group(0) if found else ""
+            out.append(_mask_value(value))
+            pos += len(value)
     out.append(text[pos:])
     return "".join(out)
 
