@@ -20,7 +20,22 @@ Errors:
         schemes and the closest match.
     MissingDependency: a built-in scheme whose distribution is not installed;
         the message names the pip extra.
-    InvalidURL: an option the driver does not know, or a value of the wrong type.
+    InvalidURL: an option the driver does not know, or a value of the wrong type;
+        a credential in the URL (see below).
+
+Credentials never go in a URL (URLs end up in logs, shell histories, process
+lists and configuration files). :func:`parse_url` refuses, for every scheme,
+a URL whose user info holds a password (``s3://AKIA:SECRET@bucket``,
+``redis://:pw@host``) and an option whose value is itself a URL with user
+info (``endpoint_url=http://user:pw@host``); :func:`open_driver` also refuses
+options that can only be a secret (``password``, ``aws_secret_access_key``,
+``account_key``, ``connection_string``, ``sas_token``, ``client_secret``, ...).
+The InvalidURL says where the scheme's credentials go instead (the
+environment, a profile, a credential option naming an environment
+variable); the secret itself is never in it. Opening a driver also installs
+:func:`portable._logging.install_secret_masking`, which masks secrets in the
+log records of the SDKs the drivers use, and masks, in place, every error
+(with its whole cause chain) that a driver raises while it opens.
 """
 
 from __future__ import annotations
@@ -28,12 +43,14 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
-from .driver.redaction import is_secret_option, redact
+from ._logging import install_secret_masking
+from .driver.redaction import MASK, is_secret_option, redact, scrub_exception_chain
 from .errors import InvalidURL, MissingDependency, UnknownScheme
 
 __all__ = [
@@ -44,7 +61,9 @@ __all__ = [
     "load_driver_factory",
     "open_driver",
     "parse_url",
+    "refuse_inline_secrets",
     "serving_domain",
+    "where_credentials_go",
     "with_default_engine",
 ]
 
@@ -174,20 +193,19 @@ class ParsedURL:
         value = self.options.get(name)
         if value is None:
             return default
-        try:
-            if kind is bool:
-                lowered = value.lower()
-                if lowered in ("1", "true", "yes", "on"):
-                    return True  # type: ignore[return-value]
-                if lowered in ("0", "false", "no", "off"):
-                    return False  # type: ignore[return-value]
-                raise ValueError(value)
-            return kind(value)  # type: ignore[call-arg]
-        except (TypeError, ValueError):
-            shown = "***" if is_secret_option(name) else repr(value)
-            raise InvalidURL(
-                f"option {name}={shown} in {self} must be a {kind.__name__}"
-            ) from None
+        if kind is bool:
+            lowered = value.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True  # type: ignore[return-value]
+            if lowered in ("0", "false", "no", "off"):
+                return False  # type: ignore[return-value]
+        else:
+            try:
+                return kind(value)  # type: ignore[call-arg]
+            except (TypeError, ValueError):
+                pass  # raised below, outside this block: the ValueError (which quotes the value) is no __context__
+        shown = MASK if is_secret_option(name) else repr(value)
+        raise InvalidURL(f"option {name}={shown} in {self} must be a {kind.__name__}")
 
     def take_str(self, name: str, default: str | None = None) -> str | None:
         """Read string option ``name``, or ``default``."""
@@ -217,8 +235,127 @@ class ParsedURL:
         return parse_url(f"{base}?{query}" if query else base)
 
 
+#: Where each family of schemes takes its credentials from, for the error that refuses them in a URL.
+_AWS_CREDENTIALS = (
+    "AWS credentials come from the SDK's chain: the environment variables AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), a profile of ~/.aws/credentials (?profile=NAME "
+    "or AWS_PROFILE), or the instance's or task's role"
+)
+_AZURE_CREDENTIALS = (
+    "put the secret in an environment variable and name the variable with account_key_env=, "
+    "connection_string_env= or sas_token_env= (by default AZURE_STORAGE_ACCOUNT_KEY, "
+    "AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_SAS_TOKEN are read), or use auth=identity"
+)
+_GOOGLE_CREDENTIALS = (
+    "Google credentials come from Application Default Credentials: the environment variable "
+    "GOOGLE_APPLICATION_CREDENTIALS (the path of a key file), `gcloud auth application-default login`, "
+    "or the metadata server"
+)
+_CREDENTIAL_HINTS: dict[str, str] = {
+    "s3": _AWS_CREDENTIALS,
+    "sqs": _AWS_CREDENTIALS,
+    "dynamodb": _AWS_CREDENTIALS,
+    "batch": _AWS_CREDENTIALS,
+    "az": _AZURE_CREDENTIALS,
+    "abfs": _AZURE_CREDENTIALS,
+    "azqueue": _AZURE_CREDENTIALS,
+    "gs": _GOOGLE_CREDENTIALS + "; gs:// also takes token=PATH-OF-KEY-FILE",
+    "gcs": _GOOGLE_CREDENTIALS + "; gcs:// also takes token=PATH-OF-KEY-FILE",
+    "pubsub": _GOOGLE_CREDENTIALS,
+    "firestore": _GOOGLE_CREDENTIALS,
+    "kafka": (
+        "name the user with sasl_username= (or the environment variable KAFKA_SASL_USERNAME) and put "
+        "the password in the environment variable named by sasl_password_env= (default KAFKA_SASL_PASSWORD)"
+    ),
+    "redis": (
+        "build a redis.Redis with the password (read from an environment variable) in code and pass it "
+        "to portable_redis.RedisStore(client)"
+    ),
+}
+for _alias in ("rediss", "unix"):
+    _CREDENTIAL_HINTS[_alias] = _CREDENTIAL_HINTS["redis"]
+_DEFAULT_CREDENTIAL_HINT = (
+    "put credentials in the environment or in the provider's own configuration (a profile, a key "
+    "file), as the scheme's driver documents"
+)
+
+#: Option names that can only hold a secret: refused by :func:`open_driver` whatever the scheme.
+_INLINE_SECRET_OPTIONS = frozenset(
+    {
+        "access_token",
+        "account_key",
+        "accountkey",
+        "api_key",
+        "apikey",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "client_secret",
+        "connection_string",
+        "passwd",
+        "password",
+        "private_key",
+        "pwd",
+        "refresh_token",
+        "sas_token",
+        "sasl_password",
+        "sasl_plain_password",
+        "secret",
+        "secret_access_key",
+        "secret_key",
+        "session_token",
+    }
+)
+_URL_VALUE = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def where_credentials_go(scheme: str) -> str:
+    """Where the driver of ``scheme`` takes credentials from, in a sentence (for error messages)."""
+    inner = scheme.lower().rpartition("+")[2]
+    return _CREDENTIAL_HINTS.get(inner, _DEFAULT_CREDENTIAL_HINT)
+
+
+def _refuse_credentials(url: str, scheme: str, password: str | None, options: Mapping[str, str]) -> None:
+    """InvalidURL for a password in the user info, or an option whose value is a URL with user info."""
+    if password is not None:
+        raise InvalidURL(
+            f"{redact(url)}: a password in a {scheme}:// URL is not accepted (URLs end up in logs, "
+            f"shell histories and configuration files); {where_credentials_go(scheme)}"
+        )
+    for name, value in options.items():
+        if not _URL_VALUE.match(value):
+            continue
+        try:
+            netloc = urlsplit(value.strip()).netloc
+        except ValueError:
+            continue  # not a URL after all: the driver reports the option
+        if "@" in netloc:
+            raise InvalidURL(
+                f"{redact(url)}: option {name} holds a URL with user info (credentials); write it as "
+                f"scheme://host[:port]/... without them: {where_credentials_go(scheme)}"
+            )
+
+
+def refuse_inline_secrets(url: ParsedURL) -> None:
+    """InvalidURL for an option of ``url`` that can only hold a secret (``password=``, ``account_key=``, ...).
+
+    :func:`open_driver` calls it before any driver sees the URL.
+    """
+    for name in url.options:
+        if name.strip().lower().replace("-", "_").replace(".", "_") in _INLINE_SECRET_OPTIONS:
+            raise InvalidURL(
+                f"{url}: option {name} would put a secret in the URL, which gets logged; "
+                f"{where_credentials_go(url.scheme)}"
+            )
+
+
 def parse_url(url: str | ParsedURL) -> ParsedURL:
-    """Split a provider URL; raise InvalidURL if it is not ``scheme://...``."""
+    """Split a provider URL; raise InvalidURL if it is not ``scheme://...``.
+
+    Raises:
+        InvalidURL: not ``scheme://...``; an option given twice; a password in
+            the user info, or an option whose value is a URL with user info
+            (the message says where the scheme's credentials go instead).
+    """
     if isinstance(url, ParsedURL):
         return url
     if not isinstance(url, str):
@@ -228,13 +365,18 @@ def parse_url(url: str | ParsedURL) -> ParsedURL:
             f"{redact(url)!r} is not a provider URL: write it as scheme://..., "
             "for example file://./data or s3://bucket/prefix"
         )
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError as exc:  # an unbalanced [ in the host, ...
+        raise InvalidURL(f"{redact(url)!r} is not a valid URL: {redact(str(exc))}") from None
     scheme = url.split("://", 1)[0].lower()
     options: dict[str, str] = {}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name in options:
             raise InvalidURL(f"option {name} is given twice in {redact(url)}")
         options[name] = value
+    _refuse_credentials(url, scheme, password, options)
     return ParsedURL(
         raw=url,
         scheme=scheme,
@@ -380,8 +522,26 @@ def open_driver(domain: Domain, url: str | ParsedURL) -> Any:
     ``open(domain, parsed)``, which opens the inner URL itself. A storage
     scheme with several engines (``s3://...?engine=obstore|fsspec``) opens the
     named engine, or the first one installed.
+
+    The first call installs the masking of secrets in the SDKs' log records
+    (:func:`portable._logging.install_secret_masking`). An error raised while
+    opening has its secrets masked in place, with its whole cause chain.
+
+    Raises:
+        InvalidURL: a credential in the URL (see the module's docstring), or
+            what the driver reports.
     """
-    parsed = parse_url(url)
+    install_secret_masking()
+    try:
+        parsed = parse_url(url)
+        refuse_inline_secrets(parsed)
+        return _open(domain, parsed)
+    except Exception as exc:
+        scrub_exception_chain(exc)
+        raise
+
+
+def _open(domain: Domain, parsed: ParsedURL) -> Any:
     scheme = parsed.scheme
     wrapper = _wrapper(domain, scheme)
     if wrapper is not None:

@@ -133,3 +133,62 @@ def test_without_keeps_values_holding_reserved_characters():
     rest = u.without("engine")
     assert rest.options == {"endpoint_url": "http://h:1/?a=1&b=2", "region": "x"}
     assert rest.path == "/p" and rest.netloc == "b"
+
+
+# -- credentials in URLs -------------------------------------------------------------
+@pytest.mark.parametrize(
+    "url",
+    ["s3://AKIA:SUPERSECRET@bucket", "mem://u:SUPERSECRET@b", "redis://:SUPERSECRET@h:6379/0", "x-unknown://u:SUPERSECRET@h"],
+)
+def test_a_password_in_the_user_info_is_refused_by_parse_url_for_every_scheme(url):
+    with pytest.raises(InvalidURL, match=r"a password in a .*:// URL is not accepted") as info:
+        parse_url(url)
+    assert "SUPERSECRET" not in str(info.value) and ":***@" in str(info.value)
+
+
+def test_the_refusal_says_where_the_schemes_credentials_go():
+    from portable.urls import where_credentials_go
+
+    with pytest.raises(InvalidURL, match="AWS_SECRET_ACCESS_KEY"):
+        parse_url("s3://AKIA:x@bucket")
+    with pytest.raises(InvalidURL, match="account_key_env"):
+        parse_url("azqueue://acct:x@queue")
+    with pytest.raises(InvalidURL, match="sasl_password_env"):
+        parse_url("chaos+kafka://u:x@h:9092/t")  # a wrapper: the inner scheme's advice
+    assert "environment" in where_credentials_go("nosuch")
+
+
+def test_a_user_name_alone_is_left_to_the_scheme():
+    assert parse_url("abfs://container@acct.dfs.core.windows.net/p").netloc == "container@acct.dfs.core.windows.net"
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["http://u:SUPERSECRET@h:9", "http%3A%2F%2Fu%3ASUPERSECRET%40h%3A9", "https://SUPERSECRET@h", " HTTP://u:SUPERSECRET@h"],
+)
+def test_an_option_that_is_a_url_with_user_info_is_refused(value):
+    with pytest.raises(InvalidURL, match="option endpoint_url holds a URL with user info") as info:
+        parse_url(f"s3://bucket?endpoint_url={value}")
+    assert "SUPERSECRET" not in str(info.value)
+
+
+def test_options_that_can_only_be_secrets_are_refused_when_a_driver_opens():
+    parse_url("mem://b?password=SUPERSECRET")  # parsing alone keeps it (wrappers, tools)
+    for url in ("mem://b?password=SUPERSECRET", "mem://b?aws%5Fsecret%5Faccess%5Fkey=SUPERSECRET"):
+        with pytest.raises(InvalidURL, match="would put a secret in the URL") as info:
+            open_bucket(url)
+        assert "SUPERSECRET" not in str(info.value)
+
+
+def test_a_secret_option_masked_after_decoding_in_every_message():
+    u = parse_url("mem://b?aws%5Fsecret%5Faccess%5Fkey=SUPERSECRET&token=abc'SUPERSECRET2")
+    with pytest.raises(InvalidURL) as info:
+        u.done()
+    assert "SUPERSECRET" not in str(info.value) + repr(u) + str(u)
+
+
+def test_a_conversion_error_chains_no_error_quoting_the_value():
+    with pytest.raises(InvalidURL) as info:
+        parse_url("mem://b?key=SUPERSECRET").take("key", int, 0)
+    assert "SUPERSECRET" not in str(info.value)
+    assert info.value.__context__ is None and info.value.__cause__ is None
