@@ -90,10 +90,12 @@ def chaos_url(url: str, *, seed: int, error_rate: float, retry_after: float = 0.
 
 
 def fault_profile(url: str = "mem://") -> Profile:
-    """A profile for fault runs: many quick retries, no breaker (20% faults would open one)."""
+    """A profile for fault runs: many quick retries, no breaker, no retry budget (a fault
+    run injects 20-30% faults and expects every call to succeed)."""
     policy = ResiliencePolicy(
         retry=RetryPolicy(max_attempts=10, initial_backoff=0.001, max_backoff=0.05),
         breaker=None,
+        retry_budget=None,
     )
     return Profile(name="fault-suite", storage=url, queue=url, jobs="local://", resilience=policy)
 

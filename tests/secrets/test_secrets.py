@@ -368,14 +368,7 @@ def test_an_sdk_endpoint_variable_with_user_info_is_masked_in_errors_and_logs(
     "engine",
     [
         "fsspec",
-        pytest.param(
-            "obstore",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="leak in adapters/obstore/portable_obstore/s3.py: fix pending (ObstoreS3Storage keeps "
-                "AWS_ENDPOINT_URL as self.endpoint unmasked; repr and driver.endpoint show its password)",
-            ),
-        ),
+        "obstore",
     ],
 )
 def test_an_sdk_endpoint_variable_with_user_info_is_masked_in_the_driver(

@@ -111,6 +111,7 @@ from portable.driver.conditions import note_condition, refused_condition_code
 from portable.driver.http import code_of_status, normal_etag
 from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
 from portable.driver.naming import check_s3_bucket_name, parse_s3_url
+from portable.driver.redaction import redact
 from portable.driver.storage import StorageDriver, WriteOptions
 from portable.errors import ErrorCode, MissingDependency
 from portable.resilience import attempt_timeout, remaining
@@ -412,7 +413,8 @@ class ObstoreS3Storage(ObstoreStorage):
         capabilities = s3_capabilities(bucket, prefix)
         endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        self.endpoint = endpoint.rstrip("/") if endpoint else f"https://s3.{region or 'us-east-1'}.amazonaws.com"
+        # shown in reprs and errors: an endpoint from AWS_ENDPOINT_URL may carry user info
+        self.endpoint = redact(endpoint.rstrip("/")) if endpoint else f"https://s3.{region or 'us-east-1'}.amazonaws.com"
         style = addressing_style or ("path" if endpoint else "virtual")
         config: dict[str, Any] = {"virtual_hosted_style_request": style == "virtual" and not endpoint}
         if endpoint:

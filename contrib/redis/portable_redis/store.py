@@ -1,7 +1,8 @@
 """``redis://`` — idempotency records in Redis.
 
 URLs:
-    ``redis://[user:password@]host:6379/DB``, ``rediss://...`` (TLS), with
+    ``redis://[user@]host:6379/DB``, ``rediss://...`` (TLS; a password goes in code:
+    ``RedisStore(redis.Redis(..., password=...))``, never in the URL), with
     redis-py's own query options (``socket_timeout``, ``ssl_cert_reqs``, ...)
     passed through.
 
