@@ -45,7 +45,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import (
     TYPE_CHECKING,
@@ -82,18 +82,24 @@ __all__ = [
     "MAX_CAS_ROUNDS",
     "RELEASED",
     "RecordState",
+    "TransactionalHandler",
+    "TransactionalStore",
+    "acquired_claim",
     "change_needed",
     "check_claim_args",
     "check_result",
     "claim_outcome",
+    "claimed_record",
     "completed_record",
     "conflict_error",
     "contended_error",
     "extended_record",
     "fingerprint",
+    "forgotten_record",
     "lost_error",
     "new_record",
     "new_token",
+    "next_counts",
     "read_record",
     "released_record",
     "without_options",
@@ -121,11 +127,32 @@ class Claim:
             is what it returned. ``"in_progress"``: another caller holds the lease.
         token: the lease's token when acquired, else None.
         result: the stored result when completed (None if none was stored).
+        lease_remaining: seconds until the claim's lease ends, as the store
+            measured it when it answered: for ``"in_progress"``, when the
+            holder's lease ends (if it does not extend it, another claim may
+            then take the key over); for ``"acquired"``, this claim's own
+            lease. None where the store does not say.
+        starts: for ``"acquired"``: how many times the key was claimed to run
+            the effect since its record was created, this claim included (1
+            the first time; each claim after a ``release`` and each take-over
+            of a lease that ran out counts one more; :meth:`forget
+            <CompareAndSwapStore.forget>` starts the count again). A start that
+            neither completed nor released is a claimer that crashed or
+            lost its lease. None where the store does not count.
+        failures: for ``"acquired"``: how many of the earlier starts ended in
+            ``release`` (the effect failed), so ``starts - 1 - failures``
+            claimers crashed or timed out. None where the store does not count.
+
+    The last three do not take part in ``==``: two claims are equal when they
+    say the same thing about the key.
     """
 
     status: ClaimStatus
     token: str | None = None
     result: bytes | None = None
+    lease_remaining: float | None = field(default=None, compare=False)
+    starts: int | None = field(default=None, compare=False)
+    failures: int | None = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -163,12 +190,67 @@ class IdempotencyStore(Protocol):
     def release(self, key: str, token: str) -> None:
         """Give the claim up (the effect failed): the next caller may run it.
 
-        Releasing twice may raise PreconditionFailed (the claim is gone).
+        A store that counts starts (:attr:`Claim.starts`) keeps the count and
+        adds one to :attr:`Claim.failures`. Releasing twice may raise
+        PreconditionFailed (the claim is gone).
 
         Raises:
             PreconditionFailed: ``token`` is not the current claim's (the lease was lost).
         """
         ...
+
+    # Optional methods, which the stores of portable have and callers look up with getattr:
+    #   extend(key, token, lease): push a held claim's lease (long effects);
+    #   forget(key, token): give a held claim up and start its counts again (the
+    #     consumer loop calls it when it dead-letters the message, so a copy
+    #     redriven later is counted from its first start).
+
+
+@runtime_checkable
+class TransactionalStore(Protocol):
+    """A store that can commit an effect together with a claim's completion
+    (``SqliteStore``: one SQLite transaction; ``BucketStore``: create-only puts).
+    """
+
+    def run_and_complete(self, key: str | None, token: str | None, effect: Callable[[Any], Any]) -> Any:
+        """Run ``effect(tx)`` so that what it writes through ``tx`` and ``complete(key,
+        token, result)`` (``result``: its return value if bytes) hold together after a crash.
+
+        Raises:
+            PreconditionFailed: the claim was lost; nothing of the effect is committed.
+            Exception: what ``effect`` raised; the claim is still held.
+        """
+        ...
+
+
+class TransactionalHandler:
+    """A consumer handler whose effect shares its idempotency store's commit.
+
+    Made by a store's ``transactional(handler)`` (``SqliteStore.transactional``,
+    ``BucketStore.transactional``); ``Subscription.run(h, idempotency=store)``
+    runs ``handler(message, tx)`` inside ``store.run_and_complete`` under the
+    message's claim. Called as a plain handler (a message without an
+    idempotency key) it runs the effect with no claim.
+    """
+
+    __slots__ = ("handler", "store")
+
+    def __init__(self, store: TransactionalStore, handler: Callable[[Any, Any], Any]) -> None:
+        if not callable(handler):
+            raise InvalidArgument("a transactional handler must be a callable taking (message, tx)")
+        self.store = store
+        self.handler = handler
+
+    def __repr__(self) -> str:
+        return f"TransactionalHandler({self.store!r}, {getattr(self.handler, '__qualname__', self.handler)!r})"
+
+    def __call__(self, message: Any) -> Any:
+        """Run the effect for ``message`` with no claim (in a transaction of its own where the store has one)."""
+        return self.store.run_and_complete(None, None, lambda tx: self.handler(message, tx))
+
+    def run_claimed(self, message: Any, key: str, token: str) -> Any:
+        """Run the effect for ``message`` under the claim ``token`` of ``key``, completing it with the commit."""
+        return self.store.run_and_complete(key, token, lambda tx: self.handler(message, tx))
 
 
 # ---------------------------------------------------------------- tokens and fingerprints
@@ -319,6 +401,11 @@ class IdempotencyRecord(TypedDict):
         expires_at: wall-clock seconds after which the record is gone.
         ttl: the record's lifetime in seconds, renewed by its completion.
         result: the stored result, or None.
+        starts: claims taken to run the effect since the record was created
+            (see :attr:`Claim.starts`); 1 for a fresh claim. Records written
+            before this field existed read as 1.
+        failures: claims given up with ``release`` (see :attr:`Claim.failures`);
+            0 for a fresh claim, likewise for older records.
     """
 
     v: int
@@ -330,10 +417,17 @@ class IdempotencyRecord(TypedDict):
     expires_at: float
     ttl: float
     result: bytes | None
+    starts: int
+    failures: int
 
 
-def new_record(key: str, fp: str, token: str, *, lease: float, ttl: float, now: float) -> IdempotencyRecord:
-    """The record of a fresh claim of ``key``: in progress, leased for ``lease`` seconds from ``now``."""
+def new_record(
+    key: str, fp: str, token: str, *, lease: float, ttl: float, now: float, starts: int = 1, failures: int = 0
+) -> IdempotencyRecord:
+    """The record of a fresh claim of ``key``: in progress, leased for ``lease`` seconds from ``now``.
+
+    ``starts`` and ``failures`` are the counts it carries (see :func:`claimed_record`).
+    """
     return {
         "v": 1,
         "key": key[:200],
@@ -344,7 +438,37 @@ def new_record(key: str, fp: str, token: str, *, lease: float, ttl: float, now: 
         "expires_at": now + ttl,
         "ttl": ttl,
         "result": None,
+        "starts": starts,
+        "failures": failures,
     }
+
+
+def next_counts(previous: IdempotencyRecord | None, now: float) -> tuple[int, int]:
+    """``(starts, failures)`` of a claim that takes ``key`` over from the ``previous`` record.
+
+    A live record (released, or in progress with a lease that ran out) passes
+    its counts on, plus one start; no record, or an expired one, starts at ``(1, 0)``.
+    """
+    if previous is None or previous["expires_at"] <= now:
+        return 1, 0
+    return previous.get("starts", 1) + 1, previous.get("failures", 0)
+
+
+def claimed_record(
+    previous: IdempotencyRecord | None, key: str, fp: str, token: str, *, lease: float, ttl: float, now: float
+) -> IdempotencyRecord:
+    """The record of a claim that takes ``key`` over from ``previous`` (None: there was none),
+    after :func:`claim_outcome` said it may: :func:`new_record` with :func:`next_counts`."""
+    starts, failures = next_counts(previous, now)
+    return new_record(key, fp, token, lease=lease, ttl=ttl, now=now, starts=starts, failures=failures)
+
+
+def acquired_claim(record: IdempotencyRecord, now: float) -> Claim:
+    """The ``"acquired"`` answer for the claim that wrote ``record``."""
+    return Claim(
+        "acquired", record["token"], None, max(0.0, record["lease_until"] - now),
+        record.get("starts", 1), record.get("failures", 0),
+    )  # fmt: skip
 
 
 def completed_record(record: IdempotencyRecord, result: bytes | None, now: float) -> IdempotencyRecord:
@@ -357,10 +481,20 @@ def completed_record(record: IdempotencyRecord, result: bytes | None, now: float
 
 
 def released_record(record: IdempotencyRecord) -> IdempotencyRecord:
-    """``record`` given up: a later claim takes the key as if it had no record."""
+    """``record`` given up after a failed effect: a later claim takes the key, one failure more."""
     released = record.copy()
     released["state"] = RELEASED
+    released["failures"] = record.get("failures", 0) + 1
     return released
+
+
+def forgotten_record(record: IdempotencyRecord) -> IdempotencyRecord:
+    """``record`` given up with its counts cleared: a later claim is a first start again."""
+    forgotten = record.copy()
+    forgotten["state"] = RELEASED
+    forgotten["starts"] = 0
+    forgotten["failures"] = 0
+    return forgotten
 
 
 def extended_record(record: IdempotencyRecord, lease: float, now: float) -> IdempotencyRecord:
@@ -378,6 +512,8 @@ def read_record(data: object, name: str) -> IdempotencyRecord:
     """
     if not isinstance(data, dict) or data.get("v") != 1:
         raise Internal(f"idempotency record {name} has an unknown format; was it written by something else?")
+    data.setdefault("starts", 1)  # written before the counts existed
+    data.setdefault("failures", 0)
     return data  # type: ignore[return-value]
 
 
@@ -392,7 +528,8 @@ def claim_outcome(
         claimer crashed). Then the store writes :func:`new_record` in its place,
         on the condition that the record did not change meanwhile. A record
         holding ``token`` itself is the claimer's own write, which landed though
-        its reply was lost: ``acquired``.
+        its reply was lost: ``acquired``. An ``in_progress`` answer says when the
+        holder's lease ends (:attr:`Claim.lease_remaining`).
 
     Raises:
         IdempotencyConflict: a live record holds another fingerprint.
@@ -401,7 +538,7 @@ def claim_outcome(
         return None
     state = record["state"]
     if record["token"] == token and state == IN_PROGRESS:
-        return Claim("acquired", token)
+        return acquired_claim(record, now)
     if record["expires_at"] <= now or state == RELEASED:
         return None
     if record["fp"] != fp:
@@ -409,7 +546,7 @@ def claim_outcome(
     if state == COMPLETED:
         return Claim("completed", None, record["result"])
     if record["lease_until"] > now:
-        return Claim("in_progress")
+        return Claim("in_progress", lease_remaining=record["lease_until"] - now)
     return None
 
 
@@ -503,7 +640,7 @@ class CompareAndSwapStore(ABC, Generic[Doc, Version]):
         check_claim_args(key, fingerprint, lease, ttl)
         doc = self._doc(key)
         token = new_token()
-        taken = self._take(doc, key, fingerprint, token, lease, ttl, None)
+        taken = self._take(doc, key, fingerprint, token, lease, ttl, None, None)
         if taken is not None:
             return taken
         for _ in range(MAX_CAS_ROUNDS):
@@ -512,7 +649,7 @@ class CompareAndSwapStore(ABC, Generic[Doc, Version]):
             outcome = claim_outcome(record, key, fingerprint, token, self._clock())
             if outcome is not None:
                 return outcome
-            taken = self._take(doc, key, fingerprint, token, lease, ttl, version)
+            taken = self._take(doc, key, fingerprint, token, lease, ttl, version, record)
             if taken is not None:
                 return taken
         raise contended_error(key)
@@ -523,8 +660,16 @@ class CompareAndSwapStore(ABC, Generic[Doc, Version]):
         self._change(key, token, lambda r: completed_record(r, result, self._clock()), COMPLETED)
 
     def release(self, key: str, token: str) -> None:
-        """Give the claim up; see :meth:`IdempotencyStore.release`."""
+        """Give the claim up, one failure more; see :meth:`IdempotencyStore.release`."""
         self._change(key, token, released_record, RELEASED)
+
+    def forget(self, key: str, token: str) -> None:
+        """Give the claim up and clear its counts: the next claim is a first start.
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        self._change(key, token, forgotten_record, RELEASED)
 
     def extend(self, key: str, token: str, lease: float) -> None:
         """Push the lease of a held claim ``lease`` seconds from now (long effects).
@@ -536,15 +681,25 @@ class CompareAndSwapStore(ABC, Generic[Doc, Version]):
 
     # -- the steps ------------------------------------------------------
     def _take(
-        self, doc: Doc, key: str, fp: str, token: str, lease: float, ttl: float, version: Version | None
+        self,
+        doc: Doc,
+        key: str,
+        fp: str,
+        token: str,
+        lease: float,
+        ttl: float,
+        version: Version | None,
+        previous: IdempotencyRecord | None,
     ) -> Claim | None:
-        """Write a fresh claim over ``version`` (None: create); the Claim, or None if another writer won."""
-        record = new_record(key, fp, token, lease=lease, ttl=ttl, now=self._clock())
+        """Write a claim over ``previous``, read at ``version`` (None: create); the Claim, or None
+        if another writer won."""
+        now = self._clock()
+        record = claimed_record(previous, key, fp, token, lease=lease, ttl=ttl, now=now)
         written = self._write(doc, record, version)
         if written is None:
             return None
         self._hold(token, key, record, written)
-        return Claim("acquired", token)
+        return acquired_claim(record, now)
 
     def _hold(self, token: str, key: str, record: IdempotencyRecord, version: Version) -> None:
         """Remember the claim this store wrote, so complete/release can swap without reading first."""

@@ -19,6 +19,20 @@ key, a job's name) and *claims* it in a store before running it:
 * if the effect fails, :meth:`IdempotencyStore.release` gives the claim up so
   the next caller may run it.
 
+Every claim says when an in-progress claim's lease ends
+(:attr:`Claim.lease_remaining`) and how often the key was taken to run
+(:attr:`Claim.starts`, :attr:`Claim.failures`): a start that neither completed
+nor released is a claimer that crashed. ``Subscription.run`` dead-letters on
+these counts; ``forget(key, token)`` gives a claim up and clears them.
+
+Effects that hold after a crash: ``SqliteStore.run_and_complete`` commits an
+effect on the store's database with the claim's completion
+(:class:`SqliteTransaction`), and ``BucketStore.run_and_complete`` makes each
+object put of an effect once per key (:class:`BucketEffects`);
+``store.transactional(handler)`` gives ``Subscription.run`` a handler of either
+(:class:`TransactionalHandler`). docs/messaging.md, "Exactly once: what holds
+after a crash", says what is guaranteed and what is not.
+
 ``complete`` and ``release`` take the claim's token; when the lease was lost
 (it expired and another caller took the key over) they raise
 :class:`~portable.errors.PreconditionFailed`.
@@ -62,16 +76,18 @@ from ..driver.idempotency import (
     Claim,
     ClaimStatus,
     IdempotencyStore,
+    TransactionalHandler,
     fingerprint,
     new_token,
 )
-from ._bucket import BucketStore
+from ._bucket import BucketEffects, BucketStore
 from ._memory import MemoryStore
 from ._open import GROUP, open_store
 from ._run_once import arun_once, idempotent, run_once
-from ._sqlite import SqliteStore
+from ._sqlite import SqliteStore, SqliteTransaction
 
 __all__ = [
+    "BucketEffects",
     "BucketStore",
     "Claim",
     "ClaimStatus",
@@ -82,6 +98,8 @@ __all__ = [
     "IdempotencyStore",
     "MemoryStore",
     "SqliteStore",
+    "SqliteTransaction",
+    "TransactionalHandler",
     "arun_once",
     "fingerprint",
     "idempotent",

@@ -19,16 +19,20 @@ from typing import ClassVar
 from ..driver.idempotency import (
     COMPLETED,
     DEFAULT_MAX_RESULT_BYTES,
+    RELEASED,
     Claim,
     IdempotencyRecord,
+    acquired_claim,
     change_needed,
     check_claim_args,
     check_result,
     claim_outcome,
+    claimed_record,
     completed_record,
     extended_record,
-    new_record,
+    forgotten_record,
     new_token,
+    released_record,
 )
 from ..urls import ParsedURL
 
@@ -74,11 +78,13 @@ class MemoryStore:
         token = new_token()
         with self._lock:
             now = self._clock()
-            outcome = claim_outcome(self._records.get(key), key, fingerprint, token, now)
+            previous = self._records.get(key)
+            outcome = claim_outcome(previous, key, fingerprint, token, now)
             if outcome is not None:
                 return outcome
-            self._records[key] = new_record(key, fingerprint, token, lease=lease, ttl=ttl, now=now)
-            return Claim("acquired", token)
+            record = claimed_record(previous, key, fingerprint, token, lease=lease, ttl=ttl, now=now)
+            self._records[key] = record
+            return acquired_claim(record, now)
 
     def complete(self, key: str, token: str, result: bytes | None) -> None:
         """Mark the claim done with ``result``; see :meth:`IdempotencyStore.complete`."""
@@ -90,10 +96,22 @@ class MemoryStore:
                 self._records[key] = completed_record(record, result, now)
 
     def release(self, key: str, token: str) -> None:
-        """Give the claim up; see :meth:`IdempotencyStore.release`. The record is dropped at once."""
+        """Give the claim up, one failure more; see :meth:`IdempotencyStore.release`."""
         with self._lock:
-            if change_needed(self._records.get(key), key, token, None, self._clock()):
-                del self._records[key]
+            record = self._records.get(key)
+            if change_needed(record, key, token, RELEASED, self._clock()):
+                self._records[key] = released_record(record)
+
+    def forget(self, key: str, token: str) -> None:
+        """Give the claim up and clear its counts: the next claim is a first start.
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        with self._lock:
+            record = self._records.get(key)
+            if change_needed(record, key, token, RELEASED, self._clock()):
+                self._records[key] = forgotten_record(record)
 
     def extend(self, key: str, token: str, lease: float) -> None:
         """Push the lease of a held claim ``lease`` seconds from now (long effects).

@@ -14,33 +14,47 @@ file see one owner per key. A claim that meets a row reads it through
 :func:`~portable.driver.idempotency.claim_outcome`; the other changes are
 conditional statements with the same rules. Not for network file systems, where SQLite's
 locks do not hold.
+
+Effects in the same transaction: :meth:`SqliteStore.run_and_complete` runs an
+effect that writes to this database in the transaction that also completes
+the claim, so after a crash either both are committed or neither is; and
+:meth:`SqliteStore.transactional` makes a ``Subscription.run`` handler of
+such an effect. The records live in the table ``portable_idempotency``; keep
+your own tables beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..driver.idempotency import (
     COMPLETED,
     DEFAULT_MAX_RESULT_BYTES,
     IN_PROGRESS,
+    RELEASED,
     Claim,
     IdempotencyRecord,
+    TransactionalHandler,
     check_claim_args,
     check_result,
     claim_outcome,
     lost_error,
     new_token,
+    next_counts,
 )
-from ..errors import InvalidURL
+from ..errors import Internal, InvalidURL
 from ..urls import ParsedURL
 
-__all__ = ["SqliteStore"]
+__all__ = ["SqliteStore", "SqliteTransaction"]
+
+R = TypeVar("R")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS portable_idempotency (
@@ -51,9 +65,61 @@ CREATE TABLE IF NOT EXISTS portable_idempotency (
     lease_until REAL NOT NULL,
     expires_at REAL NOT NULL,
     ttl REAL NOT NULL,
-    result BLOB
+    result BLOB,
+    starts INTEGER NOT NULL DEFAULT 1,
+    failures INTEGER NOT NULL DEFAULT 0,
+    released INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID
 """
+#: columns added after the first release; a database made before gets them on open
+_ADDED_COLUMNS = {
+    "starts": "INTEGER NOT NULL DEFAULT 1",
+    "failures": "INTEGER NOT NULL DEFAULT 0",
+    "released": "INTEGER NOT NULL DEFAULT 0",
+}
+_INSERT = (
+    "INTO portable_idempotency (key, fingerprint, token, completed, lease_until, expires_at, ttl, result, "
+    "starts, failures, released) VALUES (?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, 0)"
+)
+#: the claim ``token`` is still the key's current one, neither completed nor given up
+_HELD = "key = ? AND token = ? AND completed = 0 AND released = 0 AND expires_at > ?"
+
+
+class SqliteTransaction:
+    """The open transaction an effect of :meth:`SqliteStore.run_and_complete` writes in.
+
+    It runs statements on the store's connection of this thread; the store
+    commits (or rolls back) when the effect returns (or raises). An effect
+    must not end the transaction itself: ``COMMIT``, ``ROLLBACK``, ``BEGIN``
+    and ``executescript`` (which commits first) are refused.
+    """
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __repr__(self) -> str:
+        return "SqliteTransaction()"
+
+    @staticmethod
+    def _check(sql: str) -> None:
+        word = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+        if word in ("COMMIT", "END", "ROLLBACK", "BEGIN", "SAVEPOINT", "RELEASE"):
+            raise Internal(
+                f"{word} inside SqliteStore.run_and_complete: the store commits the effect together "
+                "with the claim's completion; return from the effect instead (raise to roll it back)"
+            )
+
+    def execute(self, sql: str, parameters: Any = ()) -> sqlite3.Cursor:
+        """Run one statement in the transaction (``sqlite3.Connection.execute``)."""
+        self._check(sql)
+        return self._conn.execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Iterable[Any]) -> sqlite3.Cursor:
+        """Run one statement for each parameter set (``sqlite3.Connection.executemany``)."""
+        self._check(sql)
+        return self._conn.executemany(sql, parameters)
 
 
 class SqliteStore:
@@ -64,6 +130,11 @@ class SqliteStore:
         max_result_bytes: the largest result kept. Defaults to 64 KiB.
         clock: wall-clock seconds; tests pass a fake one.
     """
+
+    #: :meth:`run_and_complete` holds the database's write lock while the
+    #: effect runs, so no other claimer can take the key over meanwhile (the
+    #: consumer loop need not extend such a claim, and must not: it would wait for the lock)
+    locks_while_running = True
 
     def __init__(
         self,
@@ -77,7 +148,21 @@ class SqliteStore:
         self._clock = clock
         self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn().execute(_SCHEMA)
+        conn = self._conn()
+        conn.execute(_SCHEMA)
+        self._add_columns(conn)
+
+    @staticmethod
+    def _add_columns(conn: sqlite3.Connection) -> None:
+        """Give a table made by an older version the columns it lacks (processes may race: both fine)."""
+        have = {row[1] for row in conn.execute("PRAGMA table_info(portable_idempotency)")}
+        for name, decl in _ADDED_COLUMNS.items():
+            if name not in have:
+                try:
+                    conn.execute(f"ALTER TABLE portable_idempotency ADD COLUMN {name} {decl}")
+                except sqlite3.OperationalError as exc:
+                    if "duplicate column" not in str(exc):
+                        raise
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> SqliteStore:
@@ -110,76 +195,94 @@ class SqliteStore:
             conn.close()
             self._local.conn = None
 
+    @contextlib.contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed on return, rolled back on any exception."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
     def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
         check_claim_args(key, fingerprint, lease, ttl)
         conn = self._conn()
         now = self._clock()
         token = new_token()
         inserted = conn.execute(
-            "INSERT OR IGNORE INTO portable_idempotency VALUES (?, ?, ?, 0, ?, ?, ?, NULL)",
-            (key, fingerprint, token, now + lease, now + ttl, ttl),
+            "INSERT OR IGNORE " + _INSERT, (key, fingerprint, token, now + lease, now + ttl, ttl, 1, 0)
         ).rowcount
         if inserted == 1:
-            return Claim("acquired", token)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            claim = self._claim_locked(conn, key, fingerprint, token, lease, ttl)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return claim
+            return Claim("acquired", token, None, lease, 1, 0)
+        with self._immediate() as conn:
+            return self._claim_locked(conn, key, fingerprint, token, lease, ttl)
 
     def _claim_locked(
         self, conn: sqlite3.Connection, key: str, fingerprint: str, token: str, lease: float, ttl: float
     ) -> Claim:
         now = self._clock()
         row = conn.execute(
-            "SELECT fingerprint, token, completed, lease_until, expires_at, ttl, result "
+            "SELECT fingerprint, token, completed, lease_until, expires_at, ttl, result, starts, failures, released "
             "FROM portable_idempotency WHERE key = ?",
             (key,),
         ).fetchone()
-        outcome = claim_outcome(None if row is None else _record(key, row), key, fingerprint, token, now)
+        previous = None if row is None else _record(key, row)
+        outcome = claim_outcome(previous, key, fingerprint, token, now)
         if outcome is not None:
             return outcome
-        conn.execute(
-            "INSERT OR REPLACE INTO portable_idempotency VALUES (?, ?, ?, 0, ?, ?, ?, NULL)",
-            (key, fingerprint, token, now + lease, now + ttl, ttl),
-        )
-        return Claim("acquired", token)
+        starts, failures = next_counts(previous, now)
+        conn.execute("INSERT OR REPLACE " + _INSERT, (key, fingerprint, token, now + lease, now + ttl, ttl, starts, failures))
+        return Claim("acquired", token, None, lease, starts, failures)
 
     def complete(self, key: str, token: str, result: bytes | None) -> None:
         check_result(result, self.max_result_bytes)
+        self._complete(self._conn(), key, token, result)
+
+    def _complete(self, conn: sqlite3.Connection, key: str, token: str, result: bytes | None) -> None:
         now = self._clock()
-        changed = self._conn().execute(
+        changed = conn.execute(
             "UPDATE portable_idempotency SET completed = 1, result = ?, expires_at = MAX(expires_at, ? + ttl) "
-            "WHERE key = ? AND token = ? AND completed = 0 AND expires_at > ?",
+            "WHERE " + _HELD,
             (result, now, key, token, now),
         ).rowcount
-        if changed != 1 and not self._completed_by(key, token):
+        if changed != 1 and not self._in_state(conn, key, token, "completed = 1"):
             raise lost_error(key)
 
-    def _completed_by(self, key: str, token: str) -> bool:
-        row = self._conn().execute(
-            "SELECT 1 FROM portable_idempotency WHERE key = ? AND token = ? AND completed = 1", (key, token)
+    def _in_state(self, conn: sqlite3.Connection, key: str, token: str, state: str) -> bool:
+        row = conn.execute(
+            f"SELECT 1 FROM portable_idempotency WHERE key = ? AND token = ? AND {state}", (key, token)
         ).fetchone()
         return row is not None
 
     def release(self, key: str, token: str) -> None:
-        changed = self._conn().execute(
-            "DELETE FROM portable_idempotency WHERE key = ? AND token = ? AND completed = 0 AND expires_at > ?",
-            (key, token, self._clock()),
+        """Give the claim up, one failure more; see :meth:`IdempotencyStore.release`."""
+        self._give_up(key, token, "failures = failures + 1")
+
+    def forget(self, key: str, token: str) -> None:
+        """Give the claim up and clear its counts: the next claim is a first start.
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        self._give_up(key, token, "starts = 0, failures = 0")
+
+    def _give_up(self, key: str, token: str, counts: str) -> None:
+        conn = self._conn()
+        changed = conn.execute(
+            f"UPDATE portable_idempotency SET released = 1, {counts} WHERE " + _HELD, (key, token, self._clock())
         ).rowcount
-        if changed != 1:
+        if changed != 1 and not self._in_state(conn, key, token, "released = 1"):
             raise lost_error(key)
 
     def extend(self, key: str, token: str, lease: float) -> None:
         """Push the lease of a held claim ``lease`` seconds from now (long effects)."""
         now = self._clock()
         changed = self._conn().execute(
-            "UPDATE portable_idempotency SET lease_until = ? "
-            "WHERE key = ? AND token = ? AND completed = 0 AND expires_at > ?",
-            (now + lease, key, token, now),
+            "UPDATE portable_idempotency SET lease_until = ? WHERE " + _HELD, (now + lease, key, token, now)
         ).rowcount
         if changed != 1:
             raise lost_error(key)
@@ -190,18 +293,84 @@ class SqliteStore:
             "DELETE FROM portable_idempotency WHERE expires_at <= ?", (self._clock(),)
         ).rowcount
 
+    # -- effects in the store's transaction ----------------------------------
+    def run_and_complete(self, key: str | None, token: str | None, effect: Callable[[SqliteTransaction], R]) -> R:
+        """Run ``effect`` in one transaction of this database that also completes the claim.
 
-def _record(key: str, row: tuple[str, str, int, float, float, float, bytes | None]) -> IdempotencyRecord:
-    """A row of ``portable_idempotency`` as the shared record (a released claim has no row)."""
-    fp, token, completed, lease_until, expires_at, ttl, result = row
+        The transaction is ``BEGIN IMMEDIATE``: it first checks that ``token``
+        still holds ``key``, then runs ``effect(tx)`` (its statements go through
+        ``tx``, on this database), then completes the claim with the effect's
+        return value when it is bytes (else no result), and commits. So the
+        effect's writes and the completion are committed together or not at
+        all: a process killed at any point leaves either both (a redelivery
+        finds the key completed and skips it) or neither (the key is taken
+        over when its lease ends, and the effect runs again from scratch).
+        With ``key`` None, the effect runs in its own transaction and no claim
+        is completed.
+
+        The transaction holds the database's write lock until it ends: other
+        writers of the file (claims included) wait, up to 30 seconds. Keep
+        such effects short, and keep everything else (HTTP calls, other
+        databases) out of them: only what is written through ``tx`` shares the
+        commit.
+
+        Returns:
+            What ``effect`` returned.
+
+        Raises:
+            PreconditionFailed: the claim was lost before the transaction began
+                (its lease expired and another caller took the key over); the
+                effect did not run.
+            TooLarge: the effect returned a result over ``max_result_bytes``;
+                nothing was committed.
+            Exception: whatever ``effect`` raised; nothing was committed and the
+                claim is still held (release it).
+        """
+        with self._immediate() as conn:
+            if key is not None:
+                held = conn.execute(
+                    "SELECT 1 FROM portable_idempotency WHERE " + _HELD, (key, token, self._clock())
+                ).fetchone()
+                if held is None:
+                    raise lost_error(key)
+            out = effect(SqliteTransaction(conn))
+            if not conn.in_transaction:
+                raise Internal("the effect ended SqliteStore.run_and_complete's transaction itself")
+            if key is not None and token is not None:
+                result = out if isinstance(out, bytes) else None
+                check_result(result, self.max_result_bytes)
+                self._complete(conn, key, token, result)
+        return out
+
+    def transactional(self, handler: Callable[[Any, SqliteTransaction], Any]) -> TransactionalHandler:
+        """A ``Subscription.run`` handler whose effect commits with its message's claim.
+
+        ``handler(message, tx)`` writes through ``tx`` (a :class:`SqliteTransaction`
+        on this database); run it with ``sub.run(store.transactional(handler),
+        idempotency=store)``. Each message's key is claimed, then the handler
+        runs inside :meth:`run_and_complete`, so its writes and the key's
+        completion commit together: exactly once, however the consumer is
+        killed. A message without an idempotency key runs in a transaction of
+        its own (its writes are atomic, but it may run again after a crash).
+        """
+        return TransactionalHandler(self, handler)
+
+
+def _record(
+    key: str, row: tuple[str, str, int, float, float, float, bytes | None, int, int, int]
+) -> IdempotencyRecord:
+    """A row of ``portable_idempotency`` as the shared record."""
+    fp, token, completed, lease_until, expires_at, ttl, result, starts, failures, released = row
     return {
         "v": 1,
         "key": key[:200],
-        "state": COMPLETED if completed else IN_PROGRESS,
+        "state": COMPLETED if completed else RELEASED if released else IN_PROGRESS,
         "fp": fp,
         "token": token,
         "lease_until": lease_until,
         "expires_at": expires_at,
         "ttl": ttl,
         "result": result,
+        "starts": starts,
+        "failures": failures,
     }

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..cloudevents import dedup_key_of
-from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
+from ..driver.idempotency import Claim, IdempotencyStore, TransactionalHandler, fingerprint
 from ..driver.messaging import ACKED, DEAD_LETTERED, MAX_RECEIVE
 from ..driver.redaction import redact
 from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
@@ -54,6 +54,9 @@ class RunStats:
         acked: handled successfully and acked.
         failed: handler failures (each nacked or dead-lettered).
         nacked: given back with a delay (failures and in-progress duplicates).
+        deferred: of those, given back because the key's claim was in progress
+            elsewhere: the handler did not run, and with a store that counts
+            starts this is not counted towards ``max_deliveries``.
         dead_lettered: moved to the dead-letter destination.
         skipped: acked without running the handler (idempotency key already completed).
         released: given back unhandled at shutdown.
@@ -65,6 +68,7 @@ class RunStats:
     acked: int = 0
     failed: int = 0
     nacked: int = 0
+    deferred: int = 0
     dead_lettered: int = 0
     skipped: int = 0
     released: int = 0
@@ -100,41 +104,70 @@ class RunClaims:
     """The idempotency claims of one :meth:`Subscription.run` call.
 
     A message's key is claimed before its handler runs, then completed (with the
-    handler's result) or released; the lease keeper extends the claims of long
-    handlers where the store can (``extend``). The lock guards only the table of
-    claims held, never a call to the store.
+    handler's result), released (it failed) or forgotten (it was dead-lettered);
+    the lease keeper extends the claims of long handlers where the store can
+    (``extend``). The lock guards only the table of claims held, never a call to the store.
+
+    Args:
+        by_message_id: a message without an idempotency key is claimed under
+            ``portable.message-id:<id>`` (where the provider does not count
+            deliveries, the store counts the handler's starts instead).
     """
 
     def __init__(
-        self, store: IdempotencyStore, key_of: Callable[[Message], str | None], *, lease: float, ttl: float
+        self,
+        store: IdempotencyStore,
+        key_of: Callable[[Message], str | None],
+        *,
+        lease: float,
+        ttl: float,
+        by_message_id: bool = False,
     ) -> None:
         self.store = store
         self.key_of = key_of
         self.lease = lease
         self.ttl = ttl
+        self.by_message_id = by_message_id
         self.extendable = getattr(store, "extend", None) is not None
         self._lock = threading.Lock()
-        self._held: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends]
+        self._held: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends, extend it]
 
-    def claim(self, message: Message) -> Claim | None:
-        """Claim ``message``'s key; None when it has none.
+    def key(self, message: Message) -> str | None:
+        """The key ``message`` is claimed under, or None for none."""
+        key = self.key_of(message)
+        if key is None and self.by_message_id:
+            return f"portable.message-id:{message.id}"
+        return key
+
+    def claim(self, message: Message, key: str) -> Claim:
+        """Claim ``key`` for ``message``.
 
         Raises:
             IdempotencyConflict: the key was used with another body.
             Exception: whatever else the store raises.
         """
-        key = self.key_of(message)
-        if key is None:
-            return None
         claim = self.store.claim(key, fingerprint(message.body), lease=self.lease, ttl=self.ttl)
         if claim.status == "acquired" and claim.token is not None:
             with self._lock:
-                self._held[id(message)] = [key, claim.token, time.monotonic() + self.lease]
+                self._held[id(message)] = [key, claim.token, time.monotonic() + self.lease, True]
         return claim
+
+    def held(self, message: Message) -> tuple[str, str] | None:
+        """(key, token) of ``message``'s claim, if this run holds one."""
+        with self._lock:
+            held = self._held.get(id(message))
+        return None if held is None else (held[0], held[1])
+
+    def hold_without_extending(self, message: Message) -> None:
+        """Stop extending ``message``'s claim: the store's lock keeps it while the effect runs."""
+        with self._lock:
+            held = self._held.get(id(message))
+            if held is not None:
+                held[3] = False
 
     def complete(self, message: Message, result: bytes | None) -> None:
         """Record that ``message``'s handler ran, with ``result``, if its key was claimed here."""
-        held = self.forget(message)
+        held = self.forget_held(message)
         if held is not None:
             try:
                 self.store.complete(held[0], held[1], result)
@@ -143,15 +176,29 @@ class RunClaims:
 
     def release(self, message: Message) -> None:
         """Give ``message``'s key back after its handler failed, if it was claimed here."""
-        held = self.forget(message)
+        held = self.forget_held(message)
         if held is not None:
             try:
                 self.store.release(held[0], held[1])
             except Exception as exc:
                 log.warning("could not release idempotency key of message %s: %s", message.id, exc)
 
-    def forget(self, message: Message) -> list[Any] | None:
-        """Stop holding ``message``'s claim; return it ([key, token, lease ends]) if there was one."""
+    def forget(self, message: Message) -> None:
+        """Give ``message``'s key up with its counts (it was dead-lettered), if it was claimed here.
+
+        A redriven copy is then counted from its first start. A store without
+        ``forget`` gets ``release``.
+        """
+        held = self.forget_held(message)
+        if held is not None:
+            forget = getattr(self.store, "forget", None) or self.store.release
+            try:
+                forget(held[0], held[1])
+            except Exception as exc:
+                log.warning("could not give up idempotency key of message %s: %s", message.id, exc)
+
+    def forget_held(self, message: Message) -> list[Any] | None:
+        """Stop holding ``message``'s claim; return it ([key, token, lease ends, extend]) if there was one."""
         if not self._held:
             return None
         with self._lock:
@@ -163,10 +210,10 @@ class RunClaims:
         if extend is None:
             return
         with self._lock:
-            held = list(self._held.values())
+            held = [claim for claim in self._held.values() if claim[3]]
         now = time.monotonic()
         for claim in held:
-            key, token, ends = claim
+            key, token, ends, _ = claim
             if ends - now > self.lease / 2:
                 continue
             try:
@@ -174,6 +221,35 @@ class RunClaims:
                 claim[2] = now + self.lease
             except Exception as exc:
                 log.warning("could not extend the idempotency claim %s: %s", key, exc)
+
+
+def never_finished_reason(starts: int, failures: int, limit: int) -> str:
+    """Why a message whose handler started ``starts`` times without success is dead-lettered
+    before it runs again (``failures`` of those starts raised; the rest never finished)."""
+    crashed = starts - failures
+    if failures == 0:
+        return (
+            f"the handler started {starts} times and never finished (the consumer crashed or timed "
+            f"out each time; max_deliveries={limit})"
+        )
+    if crashed <= 0:
+        return f"the handler failed {failures} times (max_deliveries={limit})"
+    return (
+        f"the handler started {starts} times without success: it failed {failures} times and never "
+        f"finished {crashed} times (the consumer crashed or timed out; max_deliveries={limit})"
+    )
+
+
+def failed_reason(starts: int, failures: int, error: str) -> str:
+    """Why a message whose handler just failed on its ``starts``-th start is dead-lettered
+    (``failures`` of the starts raised, this one included; ``error`` is the last)."""
+    crashed = starts - failures
+    if crashed <= 0:
+        return f"the handler failed {failures} times (last: {error})"
+    return (
+        f"the handler started {starts} times without success: it failed {failures} times (last: "
+        f"{error}) and never finished {crashed} times (the consumer crashed or timed out)"
+    )
 
 
 class ConsumerLoop:
@@ -203,6 +279,7 @@ class ConsumerLoop:
         idempotency_key: Callable[[Message], str | None],
         idempotency_lease: float,
         idempotency_ttl: float,
+        count_by_message_id: bool = False,
     ) -> None:
         self.sub = sub
         self.settler = settler
@@ -211,8 +288,13 @@ class ConsumerLoop:
         self.max_deliveries = max_deliveries
         self.claims = (
             None if idempotency is None
-            else RunClaims(idempotency, idempotency_key, lease=idempotency_lease, ttl=idempotency_ttl)
+            else RunClaims(
+                idempotency, idempotency_key, lease=idempotency_lease, ttl=idempotency_ttl,
+                by_message_id=count_by_message_id,
+            )
         )  # fmt: skip
+        self.transactional = handler if isinstance(handler, TransactionalHandler) else None
+        self.store_locks = bool(getattr(idempotency, "locks_while_running", False))
         self.target = target
         self.lease = lease
         self.backoff = backoff
@@ -370,49 +452,108 @@ class ConsumerLoop:
             self._process_once(message)
         finally:
             if self.claims is not None:
-                self.claims.forget(message)
+                self.claims.forget_held(message)
 
     def _process_once(self, message: Message) -> None:
         if self.stop.is_set() and self.abandon.is_set():
             self._release(message)
             return
         limit = self.max_deliveries
-        if limit is not None and message.delivery_attempt > limit:
-            self._to_dead_letter(
-                message, f"delivered {message.delivery_attempt} times without success (max_deliveries={limit})"
-            )
-            return
         claims = self.claims
-        if claims is not None:
-            try:
-                claim = claims.claim(message)
-            except IdempotencyConflict as exc:
-                self._to_dead_letter(message, f"IdempotencyConflict: {exc}")
+        key = None if claims is None else claims.key(message)
+        if claims is None or key is None:
+            # no claim: the provider's delivery count decides
+            if limit is not None and message.delivery_attempt > limit:
+                self._to_dead_letter(message, self._delivered_reason(message, limit))
                 return
-            except Exception as exc:
-                log.warning("idempotency claim for message %s failed: %s", message.id, exc)
-                self._retry_later(message)
-                return
-            if claim is not None and claim.status == "completed":
-                if self._settle_ack(message):
-                    self._count("skipped")
-                return
-            if claim is not None and claim.status == "in_progress":
-                self._settle_nack(message, min(claims.lease, max(self._delay(message.delivery_attempt), 1.0)))
-                return
+            self._run_handler(message, message.delivery_attempt, None)
+            return
         try:
-            result = self.handler(message)
+            claim = claims.claim(message, key)
+        except IdempotencyConflict as exc:
+            self._to_dead_letter(message, f"IdempotencyConflict: {exc}")
+            return
+        except Exception as exc:
+            log.warning("idempotency claim for message %s failed: %s", message.id, exc)
+            self._retry_later(message)
+            return
+        if claim.status == "completed":
+            if self._settle_ack(message):
+                self._count("skipped")
+            return
+        if claim.status == "in_progress":
+            if claim.lease_remaining is None and limit is not None and message.delivery_attempt > limit:
+                # a store that does not say when its claims end: the provider's count decides
+                self._to_dead_letter(message, self._delivered_reason(message, limit))
+                return
+            if self._settle_nack(message, self._in_progress_delay(claim, message)):
+                self._count("deferred")
+            return
+        if claim.starts is None:  # a store that does not count starts: the provider's count decides
+            if limit is not None and message.delivery_attempt > limit:
+                claims.release(message)
+                self._to_dead_letter(message, self._delivered_reason(message, limit))
+                return
+            self._run_handler(message, message.delivery_attempt, None)
+            return
+        if limit is not None and claim.starts > limit:
+            # the handler started `limit` times and never succeeded: do not start it again
+            if self._to_dead_letter(message, never_finished_reason(claim.starts - 1, claim.failures or 0, limit)):
+                claims.forget(message)
+            return
+        self._run_handler(message, claim.starts, claim.failures or 0)
+
+    def _delivered_reason(self, message: Message, limit: int) -> str:
+        return (
+            f"delivered {message.delivery_attempt} times without success (max_deliveries={limit}); "
+            "the handler did not run on this delivery"
+        )
+
+    def _in_progress_delay(self, claim: Claim, message: Message) -> float:
+        """How long to hold back a message whose key another claimer holds: until that claim's lease ends."""
+        cap = self.sub.capabilities.max_lease_seconds
+        if claim.lease_remaining is None:
+            assert self.claims is not None
+            return min(self.claims.lease, max(self._delay(message.delivery_attempt), 1.0), cap)
+        return min(max(0.0, claim.lease_remaining) + 0.25, cap)
+
+    def _run_handler(self, message: Message, attempt: int, failures: int | None) -> None:
+        """Run the handler on ``message``, its ``attempt``-th start (``failures`` of the earlier
+        starts raised: None where nothing counts them), and settle it."""
+        claims = self.claims
+        limit = self.max_deliveries
+        held = None if claims is None else claims.held(message)
+        try:
+            if self.transactional is not None and held is not None:
+                assert claims is not None
+                if self.store_locks:
+                    claims.hold_without_extending(message)
+                result = self.transactional.run_claimed(message, held[0], held[1])
+                claims.forget_held(message)  # completed with the commit
+            else:
+                result = self.handler(message)
         except Exception as exc:
             self._count("failed")
-            if claims is not None:
-                claims.release(message)
-            log.warning("handler failed on message %s (attempt %d): %r", message.id, message.delivery_attempt, exc)
+            log.warning("handler failed on message %s (attempt %d): %r", message.id, attempt, exc)
+            error = f"{type(exc).__name__}: {redact(str(exc))}"
             if message.settled:
+                if claims is not None:
+                    claims.release(message)
                 return
-            if limit is not None and message.delivery_attempt >= limit:
-                self._to_dead_letter(message, f"{type(exc).__name__}: {redact(str(exc))}")
+            if limit is not None and attempt >= limit:
+                if failures is None:
+                    reason = f"the handler failed on delivery {attempt} (max_deliveries={limit}): {error}"
+                else:
+                    reason = failed_reason(attempt, failures + 1, error)
+                if self._to_dead_letter(message, reason):
+                    if claims is not None:
+                        claims.forget(message)
+                elif claims is not None:
+                    claims.release(message)
             else:
-                self._retry_later(message)
+                if claims is not None:
+                    claims.release(message)
+                self._retry_later(message, attempt)
             return
         if claims is not None:
             claims.complete(message, result if isinstance(result, bytes) else None)
@@ -438,31 +579,34 @@ class ConsumerLoop:
         self._count("acked")
         return True
 
-    def _retry_later(self, message: Message) -> None:
-        """Nack ``message`` with the backoff of its delivery attempt."""
-        self._settle_nack(message, self._delay(message.delivery_attempt))
+    def _retry_later(self, message: Message, attempt: int | None = None) -> None:
+        """Nack ``message`` with the backoff of ``attempt`` (default: its delivery attempt)."""
+        self._settle_nack(message, self._delay(message.delivery_attempt if attempt is None else attempt))
 
-    def _settle_nack(self, message: Message, delay: float) -> None:
+    def _settle_nack(self, message: Message, delay: float) -> bool:
         try:
             message.nack(delay)
         except PreconditionFailed:
             self._count("lost")
-            return
+            return False
         except PortableError as exc:
             log.warning("nack of message %s failed: %s", message.id, exc)
-            return
+            return False
         self._count("nacked")
+        return True
 
-    def _to_dead_letter(self, message: Message, reason: str) -> None:
+    def _to_dead_letter(self, message: Message, reason: str) -> bool:
+        """Move ``message`` to the dead-letter destination; whether it went there."""
         try:
             if self.settler.may_settle(message, DEAD_LETTERED):
                 self.settler.move_to_dead_letter(message, reason, self.target)
         except PreconditionFailed:
             self._count("lost")
-            return
+            return False
         except PortableError as exc:
             log.warning("dead-lettering message %s failed: %s; retrying later", message.id, exc)
             self._retry_later(message)
-            return
+            return False
         self._count("dead_lettered")
         log.warning("message %s dead-lettered: %s", message.id, reason)
+        return True

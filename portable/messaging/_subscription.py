@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from ..config import Profile
-from ..driver.idempotency import IdempotencyStore
+from ..driver.idempotency import IdempotencyStore, TransactionalHandler
 from ..driver.messaging import (
     ACKED,
     LEASED,
@@ -21,7 +21,7 @@ from ..driver.messaging import (
     SubscriptionDriver,
 )
 from ..driver.redaction import redact
-from ..errors import ConfigError, InvalidArgument
+from ..errors import ConfigError, InvalidArgument, MissingCapability
 from ..resilience import ResiliencePolicy
 from ._consumer import ConsumerLoop, RunStats, default_idempotency_key, stop_on_signals
 from ._message import Message, MessageSettler
@@ -203,16 +203,28 @@ class Subscription(MessagingClient[SubscriptionDriver]):
           at most ``max_backoff``), and at attempt ``max_deliveries`` it is moved to
           the dead-letter destination: ``dead_letter`` if given, else the provider's
           native one, else the subscription's configured one (with the original
-          attributes plus ``portable.dead_letter_reason`` and friends);
+          attributes plus ``portable.dead_letter_reason``, which says what happened:
+          how often the handler failed, with the last error, or never finished);
         * a message delivered more than ``max_deliveries`` times (a consumer kept
           crashing on it) is dead-lettered without running the handler;
         * with ``idempotency``: a message whose key (``idempotency_key(message)``:
           by default its ``portable.idempotency_key`` or CloudEvent source+id) is
           already completed is acked without running the handler; one in progress
-          elsewhere is nacked with a delay; otherwise the handler runs under the
-          claim, then ``complete(key, token, result)`` (the handler's return value
-          if it is bytes) and ack; on failure ``release`` and nack. A key reused
-          with a different body (IdempotencyConflict) is dead-lettered.
+          elsewhere is nacked until that claim's lease ends (``deferred``), which is
+          not counted: the attempt that ``max_deliveries`` and the backoff count is
+          the number of times the handler *started* for the key (the store's
+          :attr:`~portable.driver.idempotency.Claim.starts`; a consumer killed
+          mid-handler is a start that never finished), not the provider's
+          ``delivery_attempt``. Otherwise the handler runs under the claim, then
+          ``complete(key, token, result)`` (the handler's return value if it is
+          bytes) and ack; on failure ``release`` and nack; when dead-lettered, the
+          claim's counts are dropped (``forget``), so a redriven copy starts
+          afresh. A key reused with a different body (IdempotencyConflict) is
+          dead-lettered. A store that does not count starts (a third-party one
+          whose claims carry no ``starts``) leaves the decision to ``delivery_attempt``.
+          A handler made by ``store.transactional(fn)`` (``SqliteStore``,
+          ``BucketStore``) runs ``fn(message, tx)`` so that its effect commits with the
+          claim's completion: see docs/messaging.md, "Exactly once: what holds after a crash".
 
         Messages with the same ``key`` are handled one at a time, in order.
         Where the provider cannot extend leases (``capabilities.lease_extension``
@@ -225,10 +237,22 @@ class Subscription(MessagingClient[SubscriptionDriver]):
         finish and settle. A second signal stops waiting. A message it did not handle
         is never acked.
 
+        Where the subscription cannot count deliveries (``capabilities.delivery_count``
+        is False: Pub/Sub without a dead-letter policy reports attempt 1 forever),
+        ``max_deliveries`` needs ``idempotency``: the loop then counts the handler's
+        starts per message in the store, under the message's idempotency key or,
+        for a message without one, under ``portable.message-id:<id>`` (one record
+        per message, kept ``idempotency_ttl``). The bound is then exact per key
+        for as long as its record lives; a message still coming back after its
+        record expired is counted from 1 again.
+
         Raises:
             ConfigError: ``max_deliveries`` is set but there is no dead-letter
                 destination (checked at start).
-            InvalidArgument: bad arguments.
+            MissingCapability: ``max_deliveries`` is set, the subscription cannot
+                count deliveries and no ``idempotency`` store is given (checked at start).
+            InvalidArgument: bad arguments; a ``transactional`` handler whose store is
+                not ``idempotency``.
         """
         if not callable(handler):
             raise InvalidArgument("handler must be a callable taking a Message")
@@ -246,6 +270,22 @@ class Subscription(MessagingClient[SubscriptionDriver]):
             raise InvalidArgument(
                 f"idempotency_lease must be > 0 and at most idempotency_ttl ({idempotency_ttl}), got {idempotency_lease}"
             )
+        if isinstance(handler, TransactionalHandler) and handler.store is not cast(Any, idempotency):
+            raise InvalidArgument(
+                "a handler made by store.transactional() commits with that store's claims: "
+                "pass the same store as run(..., idempotency=store)"
+            )
+        counting_here = max_deliveries is not None and not self.capabilities.delivery_count
+        if counting_here and idempotency is None:
+            raise MissingCapability(
+                f"{redact(self.url) or self.provider}: this subscription cannot count deliveries "
+                f"(capabilities.delivery_count is False), so run(max_deliveries={max_deliveries}) would "
+                "never dead-letter a poison message. Configure a dead-letter policy on the subscription "
+                "(Pub/Sub: gcloud pubsub subscriptions update SUB --dead-letter-topic=TOPIC "
+                "--max-delivery-attempts=N), or pass idempotency=store so run() counts the handler's "
+                "starts itself, or pass max_deliveries=None",
+                provider=self.provider,
+            )
         lease_s = self.lease if lease is None else check_lease(lease, self.capabilities, self.provider)
         target = self._dead_letter_target(dead_letter) if max_deliveries is not None else None
         stop = stop_event or threading.Event()
@@ -254,6 +294,7 @@ class Subscription(MessagingClient[SubscriptionDriver]):
             idempotency=idempotency, target=target, lease=lease_s, backoff=backoff_s, max_backoff=max_backoff_s,
             poll=min(poll_s, _MAX_WAIT_SLICE), drain_timeout=drain_timeout_s, stop=stop,
             idempotency_key=idempotency_key, idempotency_lease=claim_lease_s, idempotency_ttl=claim_ttl_s,
+            count_by_message_id=counting_here,
         )  # fmt: skip
         with self._stops_lock:
             self._stops.add(stop)

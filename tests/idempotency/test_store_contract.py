@@ -169,3 +169,49 @@ def test_sixteen_threads_racing_on_one_key_acquire_it_once(kit: Kit) -> None:
     for t in threads:
         t.join()
     assert sorted(c.status for c in claims) == ["acquired"] + ["in_progress"] * 15
+
+
+# ---------------------------------------------------------------- issue 25.1: when a claim ends, how often it started
+def test_an_in_progress_claim_says_when_its_lease_ends(kit: Kit) -> None:
+    lease = 2.0 if kit.name == "redis" else 10.0
+    kit.store.claim("k", FP, lease=lease, ttl=1000)
+    kit.clock.advance(lease / 4)
+    busy = kit.store.claim("k", FP, lease=lease, ttl=1000)
+    assert busy.status == "in_progress"
+    assert busy.lease_remaining is not None
+    assert 0 < busy.lease_remaining <= lease * 3 / 4 + 0.01
+
+
+def test_claims_count_the_starts_and_the_failures_of_a_key(kit: Kit) -> None:
+    lease = 0.3 if kit.name == "redis" else 10
+    first = kit.store.claim("k", FP, lease=lease, ttl=1000)
+    assert (first.status, first.starts, first.failures) == ("acquired", 1, 0)
+    assert first.token is not None
+    kit.store.release("k", first.token)  # the effect failed
+    second = kit.store.claim("k", FP, lease=lease, ttl=1000)
+    assert (second.starts, second.failures) == (2, 1)
+    kit.clock.advance(lease + 0.05)  # its claimer crashed: the lease ran out
+    third = kit.store.claim("k", FP, lease=lease, ttl=1000)
+    assert (third.status, third.starts, third.failures) == ("acquired", 3, 1)
+    assert kit.store.claim("k", FP, lease=lease, ttl=1000).status == "in_progress"  # not a start
+
+
+def test_forget_gives_a_claim_up_and_starts_the_count_again(kit: Kit) -> None:
+    first = kit.store.claim("k", FP, lease=10, ttl=1000)
+    assert first.token is not None
+    kit.store.release("k", first.token)
+    second = kit.store.claim("k", FP, lease=10, ttl=1000)
+    assert second.token is not None and second.starts == 2
+    kit.store.forget("k", second.token)  # type: ignore[attr-defined]
+    again = kit.store.claim("k", FP, lease=10, ttl=1000)
+    assert (again.status, again.starts, again.failures) == ("acquired", 1, 0)
+
+
+def test_the_counts_start_again_when_the_record_expires(kit: Kit) -> None:
+    lease, ttl = (0.2, 0.4) if kit.name == "redis" else (10, 100)
+    claim = kit.store.claim("k", FP, lease=lease, ttl=ttl)
+    assert claim.token is not None
+    kit.store.release("k", claim.token)
+    kit.clock.advance(ttl + 0.1)
+    fresh = kit.store.claim("k", FP, lease=lease, ttl=ttl)
+    assert (fresh.starts, fresh.failures) == (1, 0)

@@ -18,21 +18,25 @@ Options:
 Records:
     ``id`` (``k:<key>``, or ``h:<SHA-256 of key>`` when the key is over 1,024
     UTF-8 bytes: DynamoDB's partition key is at most 2,048), ``fingerprint``,
-    ``status`` (``INPROGRESS`` | ``COMPLETED``), ``token``, ``lease_until``
+    ``status`` (``INPROGRESS`` | ``COMPLETED`` | ``RELEASED``), ``token``, ``lease_until``
     and ``expires_at`` (epoch seconds, exact), ``ttl_seconds``, ``result``
-    (Binary, absent for None), and the TTL attribute (whole epoch seconds)
+    (Binary, absent for None), ``starts`` and ``failures`` (the counts of
+    :class:`portable.driver.idempotency.Claim`; absent on items written
+    before them: 1 and 0), and the TTL attribute (whole epoch seconds)
     with which DynamoDB deletes expired items, within a day or two.
 
 How it works:
     Every change is one conditional write, so it is atomic per key across
     processes and machines. ``claim`` is a PutItem with
-    ``attribute_not_exists(id) OR expires_at <= now OR (fingerprint = :fp AND
-    status = INPROGRESS AND lease_until <= now)`` (a new key, an expired
-    record, or a lease whose claimer crashed); when the condition fails, the
-    item that made it fail comes back with the error
-    (ReturnValuesOnConditionCheckFailure) and says ``completed`` (with the
-    result), ``in_progress`` or IdempotencyConflict. ``complete``,
-    ``release`` and ``extend`` are conditional on the claim's token. Expiry is
+    ``attribute_not_exists(id) OR expires_at <= now`` (a new key or an
+    expired record); when the condition fails, the item that made it fail
+    comes back with the error (ReturnValuesOnConditionCheckFailure) and says
+    ``completed`` (with the result), ``in_progress`` or IdempotencyConflict,
+    or that it may be taken over (released, or a lease whose claimer
+    crashed): then an UpdateItem conditional on the token, status and lease
+    it read takes it over and counts one more start. ``complete``,
+    ``release`` (which keeps the item, one failure more), ``forget`` and
+    ``extend`` are conditional on the claim's token. Expiry is
     checked in every condition, because DynamoDB's TTL deletion is lazy. The
     conditions are the rules of :mod:`portable.driver.idempotency`, and an
     item that failed one is read through them (``claim_outcome``,
@@ -82,6 +86,8 @@ _TABLE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 _ATTRIBUTE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 _IN_PROGRESS = "INPROGRESS"
 _COMPLETED = "COMPLETED"
+_RELEASED = "RELEASED"
+_STATES: dict[str, idem.RecordState] = {_COMPLETED: idem.COMPLETED, _RELEASED: idem.RELEASED}
 _MAX_RESULT = 350_000
 _RACE_ROUNDS = 5
 
@@ -91,18 +97,20 @@ def _n(value: float) -> dict[str, str]:
 
 
 def _record(key: str, item: dict[str, Any]) -> IdempotencyRecord:
-    """An item of the table as the shared record (a released claim has no item)."""
+    """An item of the table as the shared record."""
     result = item.get("result")
     return {
         "v": 1,
         "key": key[:200],
-        "state": idem.COMPLETED if item["status"]["S"] == _COMPLETED else idem.IN_PROGRESS,
+        "state": _STATES.get(item["status"]["S"], idem.IN_PROGRESS),
         "fp": item["fingerprint"]["S"],
         "token": item["token"]["S"],
         "lease_until": float(item["lease_until"]["N"]),
         "expires_at": float(item["expires_at"]["N"]),
         "ttl": float(item["ttl_seconds"]["N"]),
         "result": None if result is None else bytes(result["B"]),
+        "starts": int(item.get("starts", {}).get("N", "1")),
+        "failures": int(item.get("failures", {}).get("N", "0")),
     }
 
 
@@ -201,18 +209,16 @@ class DynamoDBStore(BotoClientOwner, AWSClassifier):
                 "lease_until": _n(now + lease),
                 "expires_at": _n(expires),
                 "ttl_seconds": _n(ttl),
+                "starts": {"N": "1"},
+                "failures": {"N": "0"},
                 self.ttl_attribute: {"N": str(int(expires) + 1)},
             }
             try:
                 self.client.put_item(
                     TableName=self.table,
                     Item=item,
-                    ConditionExpression=(
-                        "attribute_not_exists(id) OR expires_at <= :now OR "
-                        "(fingerprint = :fp AND #s = :running AND lease_until <= :now)"
-                    ),
-                    ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues={":now": _n(now), ":fp": {"S": fingerprint}, ":running": {"S": _IN_PROGRESS}},
+                    ConditionExpression="attribute_not_exists(id) OR expires_at <= :now",
+                    ExpressionAttributeValues={":now": _n(now)},
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
             except Exception as exc:
@@ -220,13 +226,63 @@ class DynamoDBStore(BotoClientOwner, AWSClassifier):
                     raise
                 found = self._failed_item(exc, item_id)
             else:
-                return Claim("acquired", token)
+                return Claim("acquired", token, None, lease, 1, 0)
             record = None if found is None else _record(key, found)
             outcome = idem.claim_outcome(record, key, fingerprint, token, now)
             if outcome is not None:
                 return outcome
-            # it expired, was released or its lease ran out in between: claim again
+            if record is not None and found is not None:
+                taken = self._take_over(item_id, found, record, fingerprint, token, lease, ttl, now)
+                if taken is not None:
+                    return taken
+            # it changed in between: claim again
         return Claim("in_progress")
+
+    def _take_over(
+        self,
+        item_id: str,
+        found: dict[str, Any],
+        record: IdempotencyRecord,
+        fingerprint: str,
+        token: str,
+        lease: float,
+        ttl: float,
+        now: float,
+    ) -> Claim | None:
+        """Take a released or lapsed claim over, if the item is still as read; None if it changed."""
+        starts, failures = idem.next_counts(record, now)
+        expires = now + ttl
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key={"id": {"S": item_id}},
+                UpdateExpression=(
+                    "SET fingerprint = :fp, #s = :running, #tk = :token, lease_until = :until, "
+                    "expires_at = :exp, ttl_seconds = :ttl, starts = :starts, failures = :failures, "
+                    "#ttl = :ttl_n REMOVE #r"
+                ),
+                ConditionExpression="#tk = :old_token AND #s = :old_status AND lease_until = :old_lease",
+                ExpressionAttributeNames={"#s": "status", "#tk": "token", "#ttl": self.ttl_attribute, "#r": "result"},
+                ExpressionAttributeValues={
+                    ":fp": {"S": fingerprint},
+                    ":running": {"S": _IN_PROGRESS},
+                    ":token": {"S": token},
+                    ":until": _n(now + lease),
+                    ":exp": _n(expires),
+                    ":ttl": _n(ttl),
+                    ":starts": {"N": str(starts)},
+                    ":failures": {"N": str(failures)},
+                    ":ttl_n": {"N": str(int(expires) + 1)},
+                    ":old_token": found["token"],
+                    ":old_status": found["status"],
+                    ":old_lease": found["lease_until"],
+                },
+            )
+        except Exception as exc:
+            if not self._conditional_failure(exc):
+                raise
+            return None
+        return Claim("acquired", token, None, lease, starts, failures)
 
     def complete(self, key: str, token: str, result: bytes | None) -> None:
         idem.check_result(result, self.max_result_bytes)
@@ -277,14 +333,18 @@ class DynamoDBStore(BotoClientOwner, AWSClassifier):
     def _release(self, key: str, token: str) -> None:
         item_id = self._id(key)
         try:
-            self.client.delete_item(
+            self.client.update_item(
                 TableName=self.table,
                 Key={"id": {"S": item_id}},
+                UpdateExpression="SET #s = :released, failures = if_not_exists(failures, :zero) + :one",
                 ConditionExpression="#tk = :token AND #s = :running AND expires_at > :now",
                 ExpressionAttributeNames={"#tk": "token", "#s": "status"},
                 ExpressionAttributeValues={
                     ":token": {"S": token},
                     ":running": {"S": _IN_PROGRESS},
+                    ":released": {"S": _RELEASED},
+                    ":zero": {"N": "0"},
+                    ":one": {"N": "1"},
                     ":now": _n(self._clock()),
                 },
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -292,8 +352,37 @@ class DynamoDBStore(BotoClientOwner, AWSClassifier):
         except Exception as exc:
             if not self._conditional_failure(exc):
                 raise
+            failed = self._failed_item(exc, item_id)
+            if failed is None:
+                return  # gone: nothing left to give up (the record expired and was deleted)
+            if failed["token"]["S"] == token and failed["status"]["S"] == _RELEASED:
+                return  # released already (a retried release whose reply was lost)
+            raise idem.lost_error(key) from None
+
+    def forget(self, key: str, token: str) -> None:
+        """Give the claim up and drop its counts (the item): the next claim is a first start.
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        self._guard.call("write", f"forget {key[:80]}", self._forget, key, token)
+
+    def _forget(self, key: str, token: str) -> None:
+        item_id = self._id(key)
+        try:
+            self.client.delete_item(
+                TableName=self.table,
+                Key={"id": {"S": item_id}},
+                ConditionExpression="#tk = :token AND #s <> :done",
+                ExpressionAttributeNames={"#tk": "token", "#s": "status"},
+                ExpressionAttributeValues={":token": {"S": token}, ":done": {"S": _COMPLETED}},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except Exception as exc:
+            if not self._conditional_failure(exc):
+                raise
             if self._failed_item(exc, item_id) is None:
-                return  # gone: released already (a retried release whose reply was lost)
+                return  # gone: forgotten already (a retried call whose reply was lost)
             raise idem.lost_error(key) from None
 
     def extend(self, key: str, token: str, lease: float) -> None:

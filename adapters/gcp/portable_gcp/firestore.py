@@ -34,7 +34,8 @@ How:
     compare-and-swap; no transaction is used. Every step is safe to repeat: a
     write whose reply was lost is recognised by the token it carries. A
     document holds the fields of
-    :class:`~portable.driver.idempotency.IdempotencyRecord`. Leases and expiry use this process's wall clock. Each record
+    :class:`~portable.driver.idempotency.IdempotencyRecord` (with the claim
+    counts ``starts`` and ``failures``; a document written before them reads as 1 and 0). Leases and expiry use this process's wall clock. Each record
     also holds ``expire_at`` (a timestamp): give the collection a Firestore
     TTL policy on that field and expired records are deleted for you.
 

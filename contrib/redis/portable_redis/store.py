@@ -14,7 +14,9 @@ How: each record is one hash with the fields and states of
 :class:`portable.driver.idempotency.IdempotencyRecord` (``fp``, ``token``,
 ``state``, ``lease_until``, ``ttl``, ``result``; times in milliseconds) that
 Redis itself expires after the record's ``ttl`` (``PEXPIRE``), so it needs no
-``expires_at``. Claim, complete, release and extend are each one Lua script
+``expires_at``; ``starts`` and ``failures`` count the claims taken to run and
+those released (see :class:`portable.driver.idempotency.Claim`), and a
+released record keeps them until it expires. Claim, complete, release and extend are each one Lua script
 that applies the rules of :func:`~portable.driver.idempotency.claim_outcome`
 and :func:`~portable.driver.idempotency.change_needed` on the server: atomic,
 one round trip, with lease times taken from the server's clock (``TIME``), so
@@ -77,21 +79,32 @@ def _lua(source: str) -> str:
 _CLAIM = _lua("""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local r = redis.call('HMGET', KEYS[1], 'fp', 'token', 'state', 'lease_until', 'result')
+local r = redis.call('HMGET', KEYS[1], 'fp', 'token', 'state', 'lease_until', 'result', 'starts', 'failures')
 if r[3] and r[3] ~= '$RELEASED' then
-  if r[2] == ARGV[2] and r[3] == '$IN_PROGRESS' then return {'acquired'} end
+  if r[2] == ARGV[2] and r[3] == '$IN_PROGRESS' then
+    local s, f = tonumber(r[6] or '1'), tonumber(r[7] or '0')
+    if s == 1 and f == 0 then return {'acquired'} end
+    return {'acquired', s, f, math.max(0, tonumber(r[4]) - now)}
+  end
   if r[1] ~= ARGV[1] then return {'conflict'} end
   if r[3] == '$COMPLETED' then
     if r[5] then return {'completed', r[5]} end
     return {'completed'}
   end
-  if tonumber(r[4]) > now then return {'in_progress'} end
+  if tonumber(r[4]) > now then return {'in_progress', tonumber(r[4]) - now} end
+end
+local starts = 1
+local failures = 0
+if r[3] then
+  starts = tonumber(r[6] or '1') + 1
+  failures = tonumber(r[7] or '0')
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'token', ARGV[2], 'state', '$IN_PROGRESS',
-           'lease_until', now + tonumber(ARGV[3]), 'ttl', ARGV[4])
+           'lease_until', now + tonumber(ARGV[3]), 'ttl', ARGV[4], 'starts', starts, 'failures', failures)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {'acquired'}
+if starts == 1 and failures == 0 then return {'acquired'} end
+return {'acquired', starts, failures, tonumber(ARGV[3])}
 """)
 
 _COMPLETE = _lua("""
@@ -111,7 +124,16 @@ if not r[1] or r[1] ~= ARGV[1] then return 'lost' end
 if r[2] == '$RELEASED' then return 'ok' end
 if r[2] ~= '$IN_PROGRESS' then return 'lost' end
 redis.call('HSET', KEYS[1], 'state', '$RELEASED')
-redis.call('PEXPIRE', KEYS[1], 60000)
+redis.call('HINCRBY', KEYS[1], 'failures', 1)
+return 'ok'
+""")
+
+_FORGET = _lua("""
+local r = redis.call('HMGET', KEYS[1], 'token', 'state')
+if not r[1] then return 'ok' end
+if r[1] ~= ARGV[1] then return 'lost' end
+if r[2] == '$COMPLETED' then return 'lost' end
+redis.call('DEL', KEYS[1])
 return 'ok'
 """)
 
@@ -169,6 +191,7 @@ class RedisStore:
         self._claim = client.register_script(_CLAIM)
         self._complete = client.register_script(_COMPLETE)
         self._release = client.register_script(_RELEASE)
+        self._forget = client.register_script(_FORGET)
         self._extend = client.register_script(_EXTEND)
 
     @classmethod
@@ -205,7 +228,7 @@ class RedisStore:
             "claim", "claim an idempotency key", self._claim,
             keys=[self._key(key)], args=[fingerprint, token, _ms(lease), _ms(ttl)],
         )
-        return _to_claim(key, token, reply)
+        return _to_claim(key, token, reply, lease)
 
     def claim_many(
         self, items: Iterable[tuple[str, str]], *, lease: float, ttl: float
@@ -231,7 +254,7 @@ class RedisStore:
         out: list[Claim | IdempotencyConflict] = []
         for (key, _), token, reply in zip(pairs, tokens, replies, strict=True):
             try:
-                out.append(_to_claim(key, token, reply))
+                out.append(_to_claim(key, token, reply, lease))
             except IdempotencyConflict as exc:
                 out.append(exc)
         return out
@@ -252,6 +275,18 @@ class RedisStore:
         if reply != b"ok":
             raise lost_error(key)
 
+    def forget(self, key: str, token: str) -> None:
+        """Give the claim up and drop its counts: the next claim is a first start.
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        reply = self._guard.call(
+            "write", "forget an idempotency key", self._forget, keys=[self._key(key)], args=[token]
+        )
+        if reply != b"ok":
+            raise lost_error(key)
+
     def extend(self, key: str, token: str, lease: float) -> None:
         """Push the lease of a held claim ``lease`` seconds from now (long effects)."""
         reply = self._guard.call(
@@ -266,14 +301,18 @@ class RedisStore:
         return seconds + micros / 1e6 if isinstance(seconds, int) else time.time()
 
 
-def _to_claim(key: str, token: str, reply: list[Any]) -> Claim:
+def _to_claim(key: str, token: str, reply: list[Any], lease: float) -> Claim:
+    """The Claim of a claim script's reply. ``acquired`` alone is a first start (counts 1
+    and 0) with the whole ``lease``; a later start carries its counts and lease left."""
     status = reply[0]
     if status == b"acquired":
-        return Claim("acquired", token)
+        if len(reply) == 1:
+            return Claim("acquired", token, None, lease, 1, 0)
+        return Claim("acquired", token, None, int(reply[3]) / 1000, int(reply[1]), int(reply[2]))
     if status == b"completed":
         return Claim("completed", None, reply[1] if len(reply) > 1 else None)
     if status == b"in_progress":
-        return Claim("in_progress")
+        return Claim("in_progress", lease_remaining=int(reply[1]) / 1000)
     if status == b"conflict":
         raise conflict_error(key)
     raise RuntimeError(f"unexpected reply {reply!r} from the claim script")
