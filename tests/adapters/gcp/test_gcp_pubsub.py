@@ -292,10 +292,6 @@ def test_delivery_count_is_declared_only_with_a_dead_letter_policy(pubsub: dict[
             assert attempts == ([1, 2, 3] if dead_letter else [1, 1, 1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the consumer branch: run(max_deliveries=) refuses with MissingCapability where delivery_count is False",
-)
 def test_run_with_max_deliveries_refuses_where_pubsub_cannot_count(pubsub: dict[str, str], unique_name: str) -> None:
     import threading
 
