@@ -223,20 +223,24 @@ class RunClaims:
                 log.warning("could not extend the idempotency claim %s: %s", key, exc)
 
 
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
 def never_finished_reason(starts: int, failures: int, limit: int) -> str:
     """Why a message whose handler started ``starts`` times without success is dead-lettered
     before it runs again (``failures`` of those starts raised; the rest never finished)."""
     crashed = starts - failures
     if failures == 0:
         return (
-            f"the handler started {starts} times and never finished (the consumer crashed or timed "
+            f"the handler started {_times(starts)} and never finished (the consumer crashed or timed "
             f"out each time; max_deliveries={limit})"
         )
     if crashed <= 0:
-        return f"the handler failed {failures} times (max_deliveries={limit})"
+        return f"the handler failed {_times(failures)} (max_deliveries={limit})"
     return (
-        f"the handler started {starts} times without success: it failed {failures} times and never "
-        f"finished {crashed} times (the consumer crashed or timed out; max_deliveries={limit})"
+        f"the handler started {_times(starts)} without success: it failed {_times(failures)} and never "
+        f"finished {_times(crashed)} (the consumer crashed or timed out; max_deliveries={limit})"
     )
 
 
@@ -245,10 +249,10 @@ def failed_reason(starts: int, failures: int, error: str) -> str:
     (``failures`` of the starts raised, this one included; ``error`` is the last)."""
     crashed = starts - failures
     if crashed <= 0:
-        return f"the handler failed {failures} times (last: {error})"
+        return f"the handler failed {_times(failures)} (last: {error})"
     return (
-        f"the handler started {starts} times without success: it failed {failures} times (last: "
-        f"{error}) and never finished {crashed} times (the consumer crashed or timed out)"
+        f"the handler started {_times(starts)} without success: it failed {_times(failures)} (last: "
+        f"{error}) and never finished {_times(crashed)} (the consumer crashed or timed out)"
     )
 
 

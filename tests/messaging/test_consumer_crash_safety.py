@@ -161,7 +161,7 @@ def test_a_reason_tells_failures_and_crashes_apart() -> None:
     finish()
     assert dead.attributes[DEAD_LETTER_REASON] == (
         "the handler started 3 times without success: it failed 2 times (last: KeyError: 'sku') "
-        "and never finished 1 times (the consumer crashed or timed out)"
+        "and never finished once (the consumer crashed or timed out)"
     )
 
 
