@@ -12,13 +12,11 @@ Issue 25 item 5 (effects in the store's transaction): test_effects_in_transactio
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from typing import Any
 
 import pytest
 
-from portable.config import Profile
 from portable.driver.messaging import ReceivedMessage
 from portable.errors import MissingCapability
 from portable.idempotency import MemoryStore, fingerprint
@@ -26,45 +24,14 @@ from portable.messaging import (
     DEAD_LETTER_REASON,
     Message,
     Subscription,
-    open_subscription,
     open_topic,
 )
-from portable.resilience import ResiliencePolicy, RetryPolicy
 from portable.testing.messaging_suite import poll, wait_for
-
-
-def _profile(queue: str) -> Profile:
-    return Profile(
-        name="t", storage="mem://t", queue=queue, jobs="local://./jobs",
-        resilience=ResiliencePolicy(retry=RetryPolicy(max_attempts=2, initial_backoff=0.01), breaker=None),
-    )  # fmt: skip
-
-
-def _open(url: str) -> Subscription:
-    return open_subscription(url, profile=_profile(url))
-
-
-def _run_in_thread(sub: Subscription, handler: Any, **options: Any) -> Any:
-    stop = threading.Event()
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        box["stats"] = sub.run(handler, stop_event=stop, handle_signals=False, **options)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-
-    def finish() -> Any:
-        stop.set()
-        thread.join(30)
-        assert not thread.is_alive()
-        return box["stats"]
-
-    return finish
+from tests.messaging.consumer_support import open_quick, quick_profile, run_in_thread
 
 
 def _dead_letters(sub: Subscription) -> Subscription:
-    return _open(sub.dead_letter_url or "")
+    return open_quick(sub.dead_letter_url or "")
 
 
 # ---------------------------------------------------------------- 25.1
@@ -76,12 +43,12 @@ def test_a_crashed_consumers_claim_delays_the_message_without_spending_deliverie
         "k1", fingerprint(b"order"), lease=3.5, ttl=600
     )  # the crashed consumer's claim
     assert dead.status == "acquired"
-    open_topic(url, profile=_profile(url)).publish(b"order", idempotency_key="k1")
-    sub = _open(url)
+    open_topic(url, profile=quick_profile(url)).publish(b"order", idempotency_key="k1")
+    sub = open_quick(url)
     handled: list[int] = []
     # On the base, each redelivery during the claim was a nack "in progress" counted as a
     # delivery (every 1 s here): at attempt 3 the message went to the dead-letter queue.
-    finish = _run_in_thread(
+    finish = run_in_thread(
         sub,
         lambda m: handled.append(m.delivery_attempt),
         idempotency=store,
@@ -105,10 +72,10 @@ def test_a_message_whose_handler_never_finished_is_dead_lettered_saying_so() -> 
         crashed = store.claim("k2", fingerprint(b"kills"), lease=0.05, ttl=600)
         assert crashed.status == "acquired"
         time.sleep(0.06)
-    open_topic(url, profile=_profile(url)).publish(b"kills", idempotency_key="k2")
-    sub = _open(url)
+    open_topic(url, profile=quick_profile(url)).publish(b"kills", idempotency_key="k2")
+    sub = open_quick(url)
     calls: list[Message] = []
-    finish = _run_in_thread(sub, calls.append, idempotency=store, max_deliveries=3, poll=0.2)
+    finish = run_in_thread(sub, calls.append, idempotency=store, max_deliveries=3, poll=0.2)
     [dead] = poll(_dead_letters(sub), 1, 10)
     stats = finish()
     assert calls == []  # the base ran it: its delivery_attempt was 1
@@ -124,15 +91,15 @@ def test_a_message_whose_handler_never_finished_is_dead_lettered_saying_so() -> 
 def test_a_failing_handler_is_dead_lettered_with_how_often_it_failed_and_the_last_error() -> None:
     url = "mem://crash-fails"
     store = MemoryStore()
-    open_topic(url, profile=_profile(url)).publish(b"poison", idempotency_key="k3")
-    sub = _open(url)
+    open_topic(url, profile=quick_profile(url)).publish(b"poison", idempotency_key="k3")
+    sub = open_quick(url)
     seen: list[int] = []
 
     def fail(m: Message) -> None:
         seen.append(m.delivery_attempt)
         raise ValueError(f"bad order #{len(seen)}")
 
-    finish = _run_in_thread(sub, fail, idempotency=store, max_deliveries=3, backoff=0, poll=0.2)
+    finish = run_in_thread(sub, fail, idempotency=store, max_deliveries=3, backoff=0, poll=0.2)
     [dead] = poll(_dead_letters(sub), 1, 10)
     stats = finish()
     assert (
@@ -150,13 +117,13 @@ def test_a_reason_tells_failures_and_crashes_apart() -> None:
     )  # one start that never finished
     assert crashed.status == "acquired"
     time.sleep(0.06)
-    open_topic(url, profile=_profile(url)).publish(b"x", idempotency_key="k4")
-    sub = _open(url)
+    open_topic(url, profile=quick_profile(url)).publish(b"x", idempotency_key="k4")
+    sub = open_quick(url)
 
     def fail(m: Message) -> None:
         raise KeyError("sku")
 
-    finish = _run_in_thread(sub, fail, idempotency=store, max_deliveries=3, backoff=0, poll=0.2)
+    finish = run_in_thread(sub, fail, idempotency=store, max_deliveries=3, backoff=0, poll=0.2)
     [dead] = poll(_dead_letters(sub), 1, 10)
     finish()
     assert dead.attributes[DEAD_LETTER_REASON] == (
@@ -167,13 +134,13 @@ def test_a_reason_tells_failures_and_crashes_apart() -> None:
 
 def test_without_a_store_the_reason_names_the_delivery_and_the_error() -> None:
     url = "mem://crash-no-store"
-    open_topic(url, profile=_profile(url)).publish(b"poison")
-    sub = _open(url)
+    open_topic(url, profile=quick_profile(url)).publish(b"poison")
+    sub = open_quick(url)
 
     def fail(m: Message) -> None:
         raise ValueError("nope")
 
-    finish = _run_in_thread(sub, fail, max_deliveries=2, backoff=0, poll=0.2)
+    finish = run_in_thread(sub, fail, max_deliveries=2, backoff=0, poll=0.2)
     [dead] = poll(_dead_letters(sub), 1, 10)
     finish()
     assert (
@@ -202,13 +169,13 @@ class _UncountedStore:
 def test_a_store_that_does_not_count_keeps_the_delivery_count_rule() -> None:
     url = "mem://crash-uncounted"
     store = _UncountedStore()
-    open_topic(url, profile=_profile(url)).publish(b"p", idempotency_key="k5")
-    sub = _open(url)
+    open_topic(url, profile=quick_profile(url)).publish(b"p", idempotency_key="k5")
+    sub = open_quick(url)
     for _ in range(2):  # two consumers crashed holding the message (no claim)
         [m] = poll(sub, 1, 5, lease=0.05)
         wait_for(lambda m=m: m.lease_remaining == 0, 2, "the lease to end")
     calls: list[Message] = []
-    finish = _run_in_thread(sub, calls.append, idempotency=store, max_deliveries=2, poll=0.2)
+    finish = run_in_thread(sub, calls.append, idempotency=store, max_deliveries=2, poll=0.2)
     [dead] = poll(_dead_letters(sub), 1, 10)
     finish()
     assert calls == []
@@ -231,8 +198,8 @@ def _uncounted(sub: Subscription) -> Subscription:
 
 def test_max_deliveries_is_refused_where_deliveries_are_not_counted_and_no_store_is_given() -> None:
     url = "mem://uncounted-refused"
-    open_topic(url, profile=_profile(url)).publish(b"p")
-    sub = _uncounted(_open(url))
+    open_topic(url, profile=quick_profile(url)).publish(b"p")
+    sub = _uncounted(open_quick(url))
     with pytest.raises(
         MissingCapability, match=r"dead-letter policy.*--max-delivery-attempts"
     ) as err:
@@ -243,10 +210,10 @@ def test_max_deliveries_is_refused_where_deliveries_are_not_counted_and_no_store
 
 def test_max_deliveries_none_runs_where_deliveries_are_not_counted() -> None:
     url = "mem://uncounted-none"
-    open_topic(url, profile=_profile(url)).publish(b"p")
-    sub = _uncounted(_open(url))
+    open_topic(url, profile=quick_profile(url)).publish(b"p")
+    sub = _uncounted(open_quick(url))
     handled: list[bytes] = []
-    finish = _run_in_thread(sub, lambda m: handled.append(m.body), max_deliveries=None, poll=0.2)
+    finish = run_in_thread(sub, lambda m: handled.append(m.body), max_deliveries=None, poll=0.2)
     wait_for(lambda: handled == [b"p"], 5, "the message")
     finish()
 
@@ -254,17 +221,17 @@ def test_max_deliveries_none_runs_where_deliveries_are_not_counted() -> None:
 def test_with_a_store_run_counts_starts_itself_where_the_provider_does_not() -> None:
     """Pub/Sub without a dead-letter policy ran a poison message 2,678 times: now it stops at 3."""
     url = "mem://uncounted-store"
-    open_topic(url, profile=_profile(url)).publish(
+    open_topic(url, profile=quick_profile(url)).publish(
         b"poison"
     )  # no idempotency key: counted by message id
-    sub = _uncounted(_open(url))
+    sub = _uncounted(open_quick(url))
     attempts: list[int] = []
 
     def fail(m: Message) -> None:
         attempts.append(m.delivery_attempt)
         raise ValueError("poison")
 
-    finish = _run_in_thread(
+    finish = run_in_thread(
         sub, fail, idempotency=MemoryStore(), max_deliveries=3, backoff=0, poll=0.2
     )
     [dead] = poll(_dead_letters(sub), 1, 10)

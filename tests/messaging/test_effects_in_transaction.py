@@ -9,52 +9,19 @@ makes a ``Subscription.run`` handler of either. The SIGKILL test is in tests/cra
 from __future__ import annotations
 
 import sqlite3
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from portable.config import Profile
 from portable.driver.idempotency import TransactionalHandler
 from portable.errors import AlreadyExists, Internal, InvalidArgument, PreconditionFailed
 from portable.idempotency import BucketStore, MemoryStore, SqliteStore, fingerprint
 from portable.idempotency._bucket import EFFECT_METADATA, BucketEffects
 from portable.idempotency._sqlite import SqliteTransaction
-from portable.messaging import Message, Subscription, open_subscription, open_topic
-from portable.resilience import ResiliencePolicy, RetryPolicy
+from portable.messaging import Message, open_topic
 from portable.storage import open_bucket
 from portable.testing.messaging_suite import wait_for
-
-
-def _profile(queue: str) -> Profile:
-    return Profile(
-        name="t", storage="mem://t", queue=queue, jobs="local://./jobs",
-        resilience=ResiliencePolicy(retry=RetryPolicy(max_attempts=2, initial_backoff=0.01), breaker=None),
-    )  # fmt: skip
-
-
-def _open(url: str) -> Subscription:
-    return open_subscription(url, profile=_profile(url))
-
-
-def _run_in_thread(sub: Subscription, handler: Any, **options: Any) -> Any:
-    stop = threading.Event()
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        box["stats"] = sub.run(handler, stop_event=stop, handle_signals=False, **options)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-
-    def finish() -> Any:
-        stop.set()
-        thread.join(30)
-        assert not thread.is_alive()
-        return box["stats"]
-
-    return finish
+from tests.messaging.consumer_support import open_quick, quick_profile, run_in_thread
 
 
 def _orders(path: Path) -> SqliteStore:
@@ -137,7 +104,7 @@ def test_a_transactional_handler_commits_each_message_once(tmp_path: Path) -> No
     path = tmp_path / "app.db"
     store = _orders(path)
     url = "mem://transactional-sqlite"
-    topic = open_topic(url, profile=_profile(url))
+    topic = open_topic(url, profile=quick_profile(url))
     for i in range(5):
         topic.publish(f"{i}".encode(), idempotency_key=f"order-{i}")
     topic.publish(b"3", idempotency_key="order-3")  # a duplicate (mem drops it; a copy anyway)
@@ -148,8 +115,8 @@ def test_a_transactional_handler_commits_each_message_once(tmp_path: Path) -> No
 
     handler = store.transactional(handle)
     assert isinstance(handler, TransactionalHandler)
-    sub = _open(url)
-    finish = _run_in_thread(sub, handler, idempotency=store, poll=0.2)
+    sub = open_quick(url)
+    finish = run_in_thread(sub, handler, idempotency=store, poll=0.2)
     wait_for(lambda: sub.stats().available == 0 and sub.stats().in_flight == 0, 10, "every ack")
     stats = finish()
     assert _order_count(path) == 6
@@ -165,7 +132,7 @@ def test_a_transactional_handler_commits_each_message_once(tmp_path: Path) -> No
 
 def test_a_transactional_handler_needs_its_own_store(tmp_path: Path) -> None:
     store = _orders(tmp_path / "app.db")
-    sub = _open("mem://transactional-mismatch")
+    sub = open_quick("mem://transactional-mismatch")
     with pytest.raises(InvalidArgument, match="same store"):
         sub.run(
             store.transactional(lambda m, tx: None), idempotency=MemoryStore(), handle_signals=False
