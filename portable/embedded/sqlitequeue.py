@@ -64,6 +64,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .._sqlite_wal import enable_wal
 from ..driver import ErrorCode
 from ..driver.messaging import (
     DEAD_LETTER_ATTRIBUTES,
@@ -213,7 +214,7 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         if self._file not in _SCHEMA_DONE:
             with _WAKE_LOCK:  # one thread of this process creates the schema
                 if self._file not in _SCHEMA_DONE:
-                    conn.execute("PRAGMA journal_mode = WAL")
+                    enable_wal(conn, self._busy_timeout)
                     conn.executescript(
                         _SCHEMA.format(t="messages", extra="")
                         + _SCHEMA.format(t="dead_letters", extra=",\n    reason TEXT,\n    dead_at REAL")

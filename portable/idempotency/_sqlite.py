@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._sqlite_wal import enable_wal
 from ..driver.idempotency import (
     COMPLETED,
     DEFAULT_MAX_RESULT_BYTES,
@@ -182,7 +183,7 @@ class SqliteStore:
         conn: sqlite3.Connection | None = getattr(local, "conn", None)
         if conn is None or local.pid != os.getpid():
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(conn, 30.0)
             conn.execute("PRAGMA synchronous=NORMAL")
             local.conn = conn
             local.pid = os.getpid()
