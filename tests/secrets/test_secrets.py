@@ -304,16 +304,29 @@ def aws_env(moto_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[
     yield {"endpoint_url": moto_server.endpoints["endpoint_url"], "region": "us-east-1"}
 
 
-def _boto3(aws: dict[str, str], service: str) -> Any:
+def _setup(aws: dict[str, str], service: str, operation: str, **kwargs: Any) -> Any:
+    """The test's own boto3 call that prepares the server, unwatched.
+
+    It is the test's client, not portable's: its DEBUG log shows the session token
+    (botocore logs signed headers), and whether portable's masking already covers
+    botocore's loggers depends on which test ran first in the process.
+    """
+    import logging
+
     import boto3
 
-    return boto3.client(service, endpoint_url=aws["endpoint_url"], region_name=aws["region"])
+    client = boto3.client(service, endpoint_url=aws["endpoint_url"], region_name=aws["region"])
+    logging.disable(logging.CRITICAL)
+    try:
+        return getattr(client, operation)(**kwargs)
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 @pytest.mark.parametrize("engine", ["fsspec", "obstore"])
 def test_s3_on_moto_shows_no_secret(watch: Watch, aws_env: dict[str, str], engine: str) -> None:
     name = f"secrets-{uuid.uuid4().hex[:10]}"
-    _boto3(aws_env, "s3").create_bucket(Bucket=name)
+    _setup(aws_env, "s3", "create_bucket", Bucket=name)
     query = f"engine={engine}&region=us-east-1&endpoint_url={aws_env['endpoint_url']}"
     bucket = open_bucket(f"s3://{name}/p?{query}", policy=ONCE)
     watch.open_every_logger()  # type: ignore[attr-defined]
@@ -340,7 +353,7 @@ def test_s3_on_moto_shows_no_secret(watch: Watch, aws_env: dict[str, str], engin
 def env_endpoint_with_user_info(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
     """AWS_ENDPOINT_URL (the SDKs' own variable, which portable does not read) pointing at moto with user info."""
     name = f"secrets-{uuid.uuid4().hex[:10]}"
-    _boto3(aws_env, "s3").create_bucket(Bucket=name)
+    _setup(aws_env, "s3", "create_bucket", Bucket=name)
     host = aws_env["endpoint_url"].split("://")[1]
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://user:{SECRET}@{host}")
     return name
@@ -386,7 +399,7 @@ def test_an_sdk_endpoint_variable_with_user_info_is_masked_in_the_driver(
 
 def test_sqs_on_moto_shows_no_secret(watch: Watch, aws_env: dict[str, str]) -> None:
     name = f"secrets-{uuid.uuid4().hex[:10]}"
-    _boto3(aws_env, "sqs").create_queue(QueueName=name)
+    _setup(aws_env, "sqs", "create_queue", QueueName=name)
     query = f"region=us-east-1&endpoint_url={aws_env['endpoint_url']}"
     topic = open_topic(f"sqs://{name}?{query}", policy=ONCE)
     watch.open_every_logger()  # type: ignore[attr-defined]
