@@ -1,8 +1,9 @@
-"""The small-object path, focused: portable[obstore] against obstore and OpenDAL, both idioms each.
+"""The small-object path, focused: portable[obstore] against obstore and OpenDAL (both idioms each) and raw HTTP.
 
     .venv/bin/python bench/small_objects.py                 # 2,000 x 1 KiB, 9 rounds, put and get
     .venv/bin/python bench/small_objects.py --quick         # 500 objects, 3 rounds
     .venv/bin/python bench/small_objects.py --profile get   # cProfile of portable's get_many (both threads)
+    .venv/bin/python bench/small_objects.py --size 8388608 --count 20 --rounds 5   # the large-object path
 
 One s3s-fs server (bench/s3s-server, as bench/compare.py starts it); every
 contestant moves the same batch with 16 objects in flight, in interleaved
@@ -50,6 +51,7 @@ def contestants(t: cc.Target, run: str) -> list[cc.Client]:
         cc.obstore_client(t, f"{run}-obp/", "pool"),
         cc.opendal_client(t, f"{run}-odt/", "tasks"),
         cc.opendal_client(t, f"{run}-odp/", "pool"),
+        cc.raw_http_client(t, f"{run}-raw/"),
     ]
 
 
@@ -141,7 +143,8 @@ def main() -> int:
             print(table(title, sections[title]), flush=True)
         after = Path("/proc/loadavg").read_text().split()[:3] if load else []
         print(f"load before {load}, after {after}")
-        write("small_objects-quick" if args.quick else "small_objects", sections,
+        name = "small_objects" if args.size == KIB else f"small_objects-{args.size}"
+        write(f"{name}-quick" if args.quick else name, sections,
               {"load_before": load, "load_after": after, "count": count, "size": args.size, "rounds": rounds})
     finally:
         for c in clients:
