@@ -248,3 +248,18 @@ def test_a_deadline_in_force_applies_to_every_fetch(counting: tuple[Bucket, Coun
     with pytest.raises(DeadlineExceeded):  # the deadline was taken at the call, not per next()
         for _ in it:
             driver.release()
+
+
+def test_bodies_of_every_size_class_round_trip(counting: tuple[Bucket, CountingStorage]) -> None:
+    """Empty, small, either side of 64 KiB (the obstore engine's first ranged read) and large."""
+    bucket, driver = counting
+    items = {f"size/{n}": bytes(range(256)) * (n // 256) + bytes(n % 256) for n in (0, 1, 65535, 65536, 65537, 300_000)}
+    bucket.put_many(items)
+    got = {}
+    for key, data in bucket.iter_many(items, concurrency=3):
+        assert type(data) is bytes
+        got[key] = data
+        driver.release()
+    assert got == items
+    assert bucket.get_many(items) == items
+    assert all(bucket.get(k) == v for k, v in items.items())
