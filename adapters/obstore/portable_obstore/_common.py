@@ -121,38 +121,38 @@ def _range_refused(exc: BaseException) -> bool:
     return http_status(exc) == 416 or "range" in text or "partial" in text
 
 
+#: The end of the range that reads a whole object: past any object's size, so the server clips it
+#: (RFC 9110: a last-byte position beyond the representation means its end).
+_WHOLE = 2**62
+
+
 def read_whole(store: Any, path: str) -> bytes:
-    """The whole object at ``path``: one ranged request first, which returns a small body in one call.
+    """The whole object at ``path`` in one ranged request, ``bytes=0-`` up to :data:`_WHOLE`.
 
     ``get`` then ``bytes()`` is two calls into obstore (two hops to its
-    runtime and back); ``get_range`` is one and returns the body with it,
-    which costs a small read about a third less CPU (bench/small_objects.py).
-    The range asks for one byte more than :data:`_INLINE_BODY`: a body that
-    comes back shorter is the whole object. A larger object is read again in
-    one plain GET (a consistent copy, never a mix of two versions), and an
-    empty one, which answers 416 to any range, likewise.
+    runtime and back); ``get_range`` is one and returns the body with it.
+    Measured on s3s-fs (bench/small_objects.py, and A/B runs under load):
+    a 1 KiB read costs about a third less CPU (160-180 against 250-270
+    microseconds per object), an 8 MiB read about a fifth less (13 against 16
+    ms per object) than the get-then-read path. An empty object answers 416
+    to any range: it is read again with a plain GET, as is a response that
+    ignored the range.
     """
     try:
-        head = obstore.get_range(store, path, start=0, end=_INLINE_BODY + 1)
+        return bytes(obstore.get_range(store, path, start=0, end=_WHOLE))
     except oe.BaseError as exc:
         if not _range_refused(exc):
             raise
-    else:
-        if len(head) <= _INLINE_BODY:
-            return bytes(head)
     return read_body(obstore.get(store, path))
 
 
 async def read_whole_async(store: Any, path: str) -> bytes:
     """:func:`read_whole` for the async API."""
     try:
-        head = await obstore.get_range_async(store, path, start=0, end=_INLINE_BODY + 1)
+        return bytes(await obstore.get_range_async(store, path, start=0, end=_WHOLE))
     except oe.BaseError as exc:
         if not _range_refused(exc):
             raise
-    else:
-        if len(head) <= _INLINE_BODY:
-            return bytes(head)
     return await read_body_async(await obstore.get_async(store, path))
 
 
