@@ -109,8 +109,8 @@ class BatchOperations(BucketState):
         Keys are checked when ``iter_many`` is called, before any request;
         fetching starts at the first ``next()``. Closing the iterator (or
         leaving a ``for`` loop over it) starts no further fetch and waits for
-        the ones in flight (at most ``concurrency - 1``) to end, so no thread
-        outlives it.
+        the ones in flight (at most ``concurrency - 1``) to end, retries
+        included, so no thread outlives it; their bodies are dropped.
 
         Args:
             keys: the keys to fetch; a key given twice is fetched twice.
