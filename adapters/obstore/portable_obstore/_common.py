@@ -115,28 +115,21 @@ class StreamFailed(Exception):
 # ---------------------------------------------------------------- reading bodies
 def _range_refused(exc: BaseException) -> bool:
     """Whether obstore refused a ranged read as a range (an empty object answers 416 to ``bytes=0-``)."""
-    if not isinstance(exc, oe.BaseError):
-        return False
     text = str(exc).lower()
     return http_status(exc) == 416 or "range" in text or "partial" in text
 
 
-#: The end of the range that reads a whole object: past any object's size, so the server clips it
-#: (RFC 9110: a last-byte position beyond the representation means its end).
+#: The end of a range that reads a whole object: past any size, so the server clips it (RFC 9110).
 _WHOLE = 2**62
 
 
 def read_whole(store: Any, path: str) -> bytes:
-    """The whole object at ``path`` in one ranged request, ``bytes=0-`` up to :data:`_WHOLE`.
+    """The whole object at ``path`` in one ranged request (``bytes=0-`` up to :data:`_WHOLE`).
 
-    ``get`` then ``bytes()`` is two calls into obstore (two hops to its
-    runtime and back); ``get_range`` is one and returns the body with it.
-    Measured on s3s-fs (bench/small_objects.py, and A/B runs under load):
-    a 1 KiB read costs about a third less CPU (160-180 against 250-270
-    microseconds per object), an 8 MiB read about a fifth less (13 against 16
-    ms per object) than the get-then-read path. An empty object answers 416
-    to any range: it is read again with a plain GET, as is a response that
-    ignored the range.
+    One call into obstore where ``get`` then ``bytes()`` is two hops to its
+    runtime: about a third less CPU on a 1 KiB read, a fifth on 8 MiB
+    (docs/performance.md). An empty object answers 416 to any range, and is
+    read again with a plain GET, as is a response that ignored the range.
     """
     try:
         return bytes(obstore.get_range(store, path, start=0, end=_WHOLE))
