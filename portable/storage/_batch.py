@@ -1,14 +1,19 @@
-"""Batches: ``get_many``, ``put_many``, ``delete_many``, ``copy_many`` and ``copy_prefix``.
+"""Batches: ``get_many``, ``iter_many``, ``put_many``, ``delete_many``, ``copy_many`` and ``copy_prefix``.
 
 The driver moves a batch with its library's native concurrency and reports
 each item's outcome; a failed item is classified here and, if retryable,
 retried on its own under the policy, so one throttled object does not fail
-(or repeat) the whole batch.
+(or repeat) the whole batch. ``iter_many`` streams instead: each object is
+one guarded ``get`` on a small thread pool, handed over as it completes.
 """
 
 from __future__ import annotations
 
+import contextvars
+import itertools
+import queue
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
 from ..driver.storage import check_key
@@ -24,6 +29,20 @@ DRIVER_BATCH_SIZE = 4096
 #: How many objects ``copy_prefix`` copies per ``copy_many`` (one listing page).
 COPY_PREFIX_BATCH = 1000
 
+#: The most objects ``iter_many`` may hold at once (the URLs' ``concurrency`` goes to 512 too).
+MAX_ITER_CONCURRENCY = 512
+
+
+def check_concurrency(concurrency: object, default: int) -> int:
+    """``concurrency`` of :meth:`BatchOperations.iter_many` (None: ``default``), else InvalidArgument."""
+    if concurrency is None:
+        return max(1, min(default, MAX_ITER_CONCURRENCY))
+    if type(concurrency) is not int or not 1 <= concurrency <= MAX_ITER_CONCURRENCY:
+        raise InvalidArgument(
+            f"concurrency must be an int from 1 to {MAX_ITER_CONCURRENCY}, got {concurrency!r}"
+        )
+    return concurrency
+
 
 def driver_batches(items: list[T]) -> Iterator[list[T]]:
     """Yield ``items`` in order, in slices of at most :data:`DRIVER_BATCH_SIZE`."""
@@ -36,13 +55,31 @@ class BatchOperations(BucketState):
 
     __slots__ = ()
 
+    def _checked_keys(self, keys: Iterable[str]) -> list[str]:
+        """The keys of a batch read, each checked (InvalidKey before any request)."""
+        if isinstance(keys, str):
+            raise InvalidArgument("keys must be an iterable of keys, not one str: pass [key]")
+        return [check_key(k, self._max_key) for k in keys]
+
+    def _missing(self, key: str) -> NotFound:
+        return NotFound(f"get {key}: no such object", provider=self.provider)
+
     def get_many(self, keys: Iterable[str], *, missing_ok: bool = False) -> dict[str, bytes]:
         """Fetch many objects concurrently (the driver's native concurrency, bounded).
 
+        Every body is held until the call returns, so this is the call for
+        small objects; for large ones (or many), :meth:`iter_many` streams
+        them with at most ``concurrency`` bodies in memory.
+
         Each object is retried on its own. A missing key raises NotFound
         naming it, unless ``missing_ok``, when it is left out of the result.
+
+        Raises:
+            InvalidKey: a key is not a portable key (before any request).
+            InvalidArgument: ``keys`` is one str rather than an iterable of keys.
+            NotFound: a key has no object (and not ``missing_ok``).
         """
-        keys = [check_key(k, self._max_key) for k in keys]
+        keys = self._checked_keys(keys)
         out: dict[str, bytes] = {}
         for batch in driver_batches(keys):
             for key, result in self._driver.get_many(batch):
@@ -51,10 +88,89 @@ class BatchOperations(BucketState):
                     if data is None:
                         if missing_ok:
                             continue
-                        raise NotFound(f"get {key}: no such object", provider=self.provider)
+                        raise self._missing(key)
                     result = data
                 out[key] = result
         return out
+
+    def iter_many(
+        self, keys: Iterable[str], *, missing_ok: bool = False, concurrency: int | None = None
+    ) -> Iterator[tuple[str, bytes]]:
+        """Fetch many objects concurrently, yielding ``(key, bytes)`` in completion order.
+
+        Memory is bounded: at most ``concurrency`` bodies exist at once,
+        counting those being fetched, those fetched but not yet taken and the
+        one the caller holds; the next fetch starts only when the caller asks
+        for the next item, so a slow consumer slows the fetching instead of
+        letting results pile up. Each object is one ``get`` under the
+        bucket's retry policy, breaker and deadline (a ``deadline`` in force
+        when ``iter_many`` is called applies to every fetch).
+
+        Keys are checked when ``iter_many`` is called, before any request;
+        fetching starts at the first ``next()``. Closing the iterator (or
+        leaving a ``for`` loop over it) starts no further fetch and waits for
+        the ones in flight (at most ``concurrency - 1``) to end, retries
+        included, so no thread outlives it; their bodies are dropped.
+
+        Args:
+            keys: the keys to fetch; a key given twice is fetched twice.
+            missing_ok: skip a key that has no object instead of raising.
+            concurrency: fetches in flight (and the bound on bodies held).
+                Defaults to the driver's batch concurrency (the URL's
+                ``concurrency``; 16 unless set).
+
+        Raises:
+            InvalidKey: a key is not a portable key (at the call).
+            InvalidArgument: ``concurrency`` is not an int from 1 to 512, or
+                ``keys`` is one str (at the call).
+            NotFound: a key has no object (and not ``missing_ok``), when the
+                iterator reaches it; fetches in flight are abandoned as on close.
+            PortableError: another failure, after its retries, likewise.
+        """
+        checked = self._checked_keys(keys)
+        limit = check_concurrency(concurrency, self._driver.batch_concurrency)
+        # the caller's context (its deadline) now: a generator's body runs only at the first next()
+        return self._stream(checked, missing_ok, limit, contextvars.copy_context())
+
+    def _stream(
+        self, keys: list[str], missing_ok: bool, limit: int, context: contextvars.Context
+    ) -> Iterator[tuple[str, bytes]]:
+        """The generator behind :meth:`iter_many`: at most ``limit`` fetches started and not yet taken."""
+        if not keys:
+            return
+        call, get = self._guard.call, self._driver.get
+        done: queue.SimpleQueue[tuple[str, bytes | None, BaseException | None]] = queue.SimpleQueue()
+
+        def fetch(key: str) -> None:
+            try:
+                done.put((key, context.copy().run(call, "read", f"get {key}", get, key), None))
+            except BaseException as exc:  # handed to the consumer's thread, raised there
+                done.put((key, None, exc))
+
+        pending = iter(keys)
+        pool = ThreadPoolExecutor(max_workers=min(limit, len(keys)), thread_name_prefix="portable-iter-many")
+        in_flight = 0  # fetches started and not yet taken: each holds (or will hold) one body
+        try:
+            for key in itertools.islice(pending, limit):
+                pool.submit(fetch, key)
+                in_flight += 1
+            while in_flight:
+                key, data, error = done.get()
+                in_flight -= 1
+                if isinstance(error, NotFound):
+                    if not missing_ok:
+                        raise self._missing(key) from error
+                elif error is not None:
+                    raise error
+                else:
+                    assert data is not None
+                    yield key, data
+                    del data  # the caller holds it now; this frame must not keep it alive
+                for key in itertools.islice(pending, 1):
+                    pool.submit(fetch, key)
+                    in_flight += 1
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def put_many(
         self,

@@ -426,6 +426,19 @@ class StorageContract:
             bucket.get_many(["have", "lack"])
         assert bucket.get_many(["have", "lack"], missing_ok=True) == {"have": b"1"}
 
+    def test_iter_many_yields_every_object_once(self, bucket: Bucket) -> None:
+        items = {f"im/{i}": f"i{i}".encode() * (i + 1) for i in range(24)}
+        bucket.put_many(items)
+        seen = [key for key, _ in bucket.iter_many(items, concurrency=4)]
+        assert sorted(seen) == sorted(items)
+        assert dict(bucket.iter_many(items, concurrency=4)) == items
+
+    def test_iter_many_of_a_missing_key(self, bucket: Bucket) -> None:
+        bucket.put("have", b"1")
+        with pytest.raises(NotFound, match="lack"):
+            list(bucket.iter_many(["have", "lack"]))
+        assert list(bucket.iter_many(["have", "lack"], missing_ok=True)) == [("have", b"1")]
+
     def test_copy_many_copies_each_pair(self, bucket: Bucket) -> None:
         items = {f"cm/src/{i}": f"c{i}".encode() for i in range(12)}
         bucket.put_many(items)

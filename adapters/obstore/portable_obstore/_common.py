@@ -113,6 +113,42 @@ class StreamFailed(Exception):
 
 
 # ---------------------------------------------------------------- reading bodies
+def _range_refused(exc: BaseException) -> bool:
+    """Whether obstore refused a ranged read as a range (an empty object answers 416 to ``bytes=0-``)."""
+    text = str(exc).lower()
+    return http_status(exc) == 416 or "range" in text or "partial" in text
+
+
+#: The end of a range that reads a whole object: past any size, so the server clips it (RFC 9110).
+_WHOLE = 2**62
+
+
+def read_whole(store: Any, path: str) -> bytes:
+    """The whole object at ``path`` in one ranged request (``bytes=0-`` up to :data:`_WHOLE`).
+
+    One call into obstore where ``get`` then ``bytes()`` is two hops to its
+    runtime: about a third less CPU on a 1 KiB read, a fifth on 8 MiB
+    (docs/performance.md). An empty object answers 416 to any range, and is
+    read again with a plain GET, as is a response that ignored the range.
+    """
+    try:
+        return bytes(obstore.get_range(store, path, start=0, end=_WHOLE))
+    except oe.BaseError as exc:
+        if not _range_refused(exc):
+            raise
+    return read_body(obstore.get(store, path))
+
+
+async def read_whole_async(store: Any, path: str) -> bytes:
+    """:func:`read_whole` for the async API."""
+    try:
+        return bytes(await obstore.get_range_async(store, path, start=0, end=_WHOLE))
+    except oe.BaseError as exc:
+        if not _range_refused(exc):
+            raise
+    return await read_body_async(await obstore.get_async(store, path))
+
+
 def read_body(result: Any) -> bytes:
     """The whole body of an obstore GetResult as ``bytes``, with as few copies as obstore allows.
 
@@ -485,10 +521,10 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
     def get(self, key: str) -> bytes:
         if attempt_timeout() is not None:
             return self._call(self._aget, key)
-        return read_body(obstore.get(self.store, self._root + key))
+        return read_whole(self.store, self._root + key)
 
     async def _aget(self, key: str) -> bytes:
-        return await read_body_async(await obstore.get_async(self.store, self._root + key))
+        return await read_whole_async(self.store, self._root + key)
 
     def get_range(self, key: str, start: int, end: int | None) -> bytes:
         options: dict[str, Any] = {"range": {"offset": start} if end is None else (start, end)}
@@ -651,7 +687,7 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
         store, root = self.store, self._root
 
         async def one(key: str) -> bytes:
-            return await read_body_async(await obstore.get_async(store, root + key))
+            return await read_whole_async(store, root + key)
 
         yield from zip(keys, self._batch(one, keys), strict=True)
 
