@@ -7,8 +7,10 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from glob import has_magic
 from typing import Any, TypeVar
 
+from fsspec.caching import caches  # type: ignore[import-untyped]
 from fsspec.spec import AbstractFileSystem  # type: ignore[import-untyped]
 
 from ..driver.storage import ObjectInfo
@@ -128,21 +130,20 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
                 raise InvalidArgument(f"bucket must be a portable Bucket, got {type(bucket).__name__}")
             if profile is not None or url is not None:
                 raise InvalidArgument("pass bucket= alone, or profile=/url= to open one, not both")
-        else:
-            bucket = open_bucket(url, profile=profile)
         block_size = options.get("default_block_size", DEFAULT_BLOCK_SIZE)
         if type(block_size) is not int or block_size < 1:
             raise InvalidArgument(f"default_block_size must be an int >= 1, got {block_size!r}")
         cache_type = options.get("default_cache_type", DEFAULT_CACHE_TYPE)
-        from fsspec.caching import caches  # type: ignore[import-untyped]
-
-        if cache_type not in caches:
+        if cache_type not in caches or cache_type is None:
             raise InvalidArgument(
-                f"default_cache_type must be one of {', '.join(sorted(caches))}, got {cache_type!r}"
+                f"default_cache_type must be one of {', '.join(sorted(k for k in caches if k))}, "
+                f"got {cache_type!r}"
             )
         concurrency = options.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)
         if type(concurrency) is not int or concurrency < 1:
             raise InvalidArgument(f"max_concurrency must be an int >= 1, got {concurrency!r}")
+        if bucket is None:
+            bucket = open_bucket(url, profile=profile)
         super().__init__()
         self.bucket: Bucket = bucket
         self.profile: str | None = profile
@@ -455,14 +456,20 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
         """Delete what ``path`` names (with ``recursive``, everything under it) by one
-        ``Bucket.delete_many``.
+        ``Bucket.delete_many``. A list of paths is deleted as given: a missing one is no error,
+        as deleting a missing key is none on object storage.
 
         Raises:
-            FileNotFoundError: ``path`` names nothing.
+            FileNotFoundError: ``path`` is one path (no list, no glob) and nothing is stored there.
+            IsADirectoryError: ``path`` is one directory and ``recursive`` is not set.
         """
         names = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        keys = [n for n in names if n]
+        single = isinstance(path, str) and not has_magic(path) and keys == [self._strip_protocol(path)]
+        if single and self.info(path)["type"] == "directory":
+            raise IsADirectoryError(errno.EISDIR, "a directory: pass recursive=True", path)
         with os_errors(str(path)):
-            self.bucket.delete_many([n for n in names if n])
+            self.bucket.delete_many(keys)
 
     # -- streams --------------------------------------------------------
     def _open(
