@@ -9,6 +9,7 @@ import hashlib
 import io
 import uuid
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
@@ -343,3 +344,20 @@ def test_reads_through_injected_faults_return_identical_bytes() -> None:
     assert got == [objects[k][1000:3000] for k in keys]
     injected = chaos_of(bucket).stats.injected
     assert sum(injected.values()) > 20, injected
+
+
+# -- docs/fsspec.md runs -----------------------------------------------------------------------
+def _page_blocks() -> list[Any]:
+    from tests.docs_pages import DOCS, blocks
+
+    return blocks(DOCS / "fsspec.md", "python")
+
+
+@pytest.mark.parametrize("block", _page_blocks(), ids=lambda b: f"line{b.line}")
+def test_the_docs_page_examples_run(block: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pandas")
+    pytest.importorskip("polars")
+    from tests.docs_pages import DOCS, enter_workdir, run_block
+
+    enter_workdir(DOCS / "fsspec.md", tmp_path, monkeypatch)
+    run_block(DOCS / "fsspec.md", block)
