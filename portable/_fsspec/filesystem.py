@@ -14,7 +14,7 @@ from fsspec.caching import caches  # type: ignore[import-untyped]
 from fsspec.spec import AbstractFileSystem  # type: ignore[import-untyped]
 
 from ..driver.storage import ObjectInfo
-from ..errors import InvalidArgument, NotFound
+from ..errors import InvalidArgument, NotFound, PortableError
 from ..storage import Bucket, open_bucket
 from .files import (
     DEFAULT_BLOCK_SIZE,
@@ -232,7 +232,12 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         """A file's size, etag, modification time, content type and metadata (one head), else a
-        directory's entry if objects are stored under it (one listing of one key).
+        directory's entry if objects are stored under it (one listing of one key). A path that
+        ends in ``/`` names a directory only: no head is sent.
+
+        A head that fails otherwise than NotFound (after its retries) is answered by the listing
+        when objects are stored under the path: some S3 servers (s3s-fs) refuse a head on a
+        key that is a folder of theirs with a 500.
 
         Raises:
             FileNotFoundError: nothing is stored at or under ``path``.
@@ -241,12 +246,20 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         if not key:
             return self._dir_entry("")
         with os_errors(key):
+            if isinstance(path, str) and path.endswith("/"):
+                if self._has_children(key):
+                    return self._dir_entry(key)
+                raise FileNotFoundError(errno.ENOENT, "no object under this directory", path)
             try:
                 return self._file_entry(self.bucket.head(key))
             except NotFound:
                 if self._has_children(key):
                     return self._dir_entry(key)
                 raise
+            except PortableError as err:
+                if isinstance(err, InvalidArgument) or not self._has_children(key):
+                    raise
+                return self._dir_entry(key)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def isdir(self, path: str) -> bool:

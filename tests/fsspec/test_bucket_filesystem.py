@@ -20,6 +20,7 @@ from portable.errors import (
     InvalidKey,
     InvalidURL,
     NotFound,
+    PortableError,
     Unsupported,
 )
 from portable.fsspec import DEFAULT_BLOCK_SIZE, BucketFile, BucketFileSystem
@@ -192,6 +193,9 @@ def test_ls_info_find_over_implied_directories(bfs: BucketFileSystem) -> None:
     assert entries["t/a.csv"]["type"] == "file" and entries["t/a.csv"]["size"] == 1
     assert entries["t/a.csv"]["etag"] and entries["t/a.csv"]["last_modified"] is not None
     assert bfs.info("t/p=2") == {"name": "t/p=2", "size": 0, "type": "directory"}
+    assert bfs.info("t/p=2/")["type"] == "directory"  # a trailing slash: a directory, no head
+    with pytest.raises(FileNotFoundError):
+        bfs.info("t/a.csv/")
     assert bfs.ls("t/p=2/y", detail=False) == ["t/p=2/y"]  # ls of a file: the file
     assert bfs.find("t") == ["t/a.csv", "t/p=1/x", "t/p=2/y"]
     assert bfs.find("t", maxdepth=1) == ["t/a.csv"]
@@ -199,6 +203,25 @@ def test_ls_info_find_over_implied_directories(bfs: BucketFileSystem) -> None:
     assert bfs.glob("t/p=*/*") == ["t/p=1/x", "t/p=2/y"]
     assert bfs.du("t") == 6
     assert bfs.isdir("t") and not bfs.isfile("t") and bfs.isfile("u") and not bfs.isdir("u")
+
+
+def test_a_server_refusing_heads_on_folders_still_has_directories(s3s_server: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """s3s-fs answers a head on a key that is one of its folders with a 500 (not a 404)."""
+    import boto3
+
+    for name, value in s3s_server.env.items():
+        monkeypatch.setenv(name, value)
+    endpoint = s3s_server.endpoints["endpoint_url"]
+    name = f"pt-fs-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    fs = open_bucket(f"s3://{name}?region=us-east-1&endpoint_url={endpoint}", policy=QUICK_RETRIES).fs()
+    fs.pipe_file("ds/p=1/f.parquet", b"x")
+    with pytest.raises(PortableError) as refused:  # the server's quirk this test is about
+        fs.bucket.head("ds")
+    assert not isinstance(refused.value, NotFound)
+    assert fs.info("ds")["type"] == "directory"
+    assert fs.isdir("ds/p=1") and fs.find("ds") == ["ds/p=1/f.parquet"]
 
 
 def test_directories_come_and_go_with_their_objects(bfs: BucketFileSystem) -> None:
