@@ -10,12 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterator, Mapping
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from .._native import native_object
 from ..driver.redaction import redact
 from ..driver.storage import ListPage, ObjectInfo, StorageCapabilities, StorageDriver, check_key
-from ..errors import InvalidArgument, NotFound, TooLarge, Unsupported
+from ..errors import InvalidArgument, MissingDependency, NotFound, TooLarge, Unsupported
 from ..resilience import Guard, ResiliencePolicy
 from ._batch import BatchOperations
 from ._checks import (
@@ -27,6 +27,9 @@ from ._checks import (
 )
 from ._idempotent_put import idempotent_put
 from ._streams import StreamOperations
+
+if TYPE_CHECKING:
+    from ..fsspec import BucketFileSystem
 
 T = TypeVar("T")
 
@@ -356,6 +359,28 @@ class Bucket(BatchOperations, StreamOperations):
         ``s3fs.S3FileSystem``). Raises Unsupported for anything else.
         """
         return native_object(self._driver, kind, self.provider)
+
+    def fs(self) -> BucketFileSystem:
+        """Return an fsspec file system over this very bucket, for pandas, pyarrow, Dask, Polars.
+
+        Every call it makes goes through this Bucket (validation, retries, breakers,
+        deadlines); prefer it to ``as_()``'s native file systems, which bypass all of that.
+        See :mod:`portable.fsspec` and docs/fsspec.md.
+
+        Raises:
+            MissingDependency: fsspec is not installed (``pip install 'portable-cloud[fsspec]'``).
+        """
+        try:
+            import fsspec  # type: ignore[import-untyped]
+        except ImportError as exc:
+            raise MissingDependency("Bucket.fs() needs fsspec: pip install 'portable-cloud[fsspec]'") from exc
+        # Found as fsspec.filesystem("portable") finds it, through fsspec's registry (the
+        # "fsspec.specs" entry point, or the lazy string below in a source checkout):
+        # portable.fsspec imports portable.storage, so this module must not import it back.
+        if "portable" not in fsspec.registry and "portable" not in fsspec.available_protocols():
+            fsspec.register_implementation("portable", "portable.fsspec.BucketFileSystem")
+        cls: type[BucketFileSystem] = fsspec.get_filesystem_class("portable")
+        return cls(bucket=self)
 
     def close(self) -> None:
         """Release the driver's connections and threads."""
