@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterator, Mapping
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from .._native import native_object
 from ..driver.redaction import redact
@@ -27,6 +27,9 @@ from ._checks import (
 )
 from ._idempotent_put import idempotent_put
 from ._streams import StreamOperations
+
+if TYPE_CHECKING:
+    from ..fsspec import BucketFileSystem
 
 T = TypeVar("T")
 
@@ -356,6 +359,20 @@ class Bucket(BatchOperations, StreamOperations):
         ``s3fs.S3FileSystem``). Raises Unsupported for anything else.
         """
         return native_object(self._driver, kind, self.provider)
+
+    def fs(self) -> BucketFileSystem:
+        """Return an fsspec file system over this very bucket, for pandas, pyarrow, Dask, Polars.
+
+        Every call it makes goes through this Bucket (validation, retries, breakers,
+        deadlines); prefer it to ``as_()``'s native file systems, which bypass all of that.
+        See :mod:`portable.fsspec` and docs/fsspec.md.
+
+        Raises:
+            MissingDependency: fsspec is not installed (``pip install 'portable-cloud[fsspec]'``).
+        """
+        from ..fsspec import BucketFileSystem
+
+        return BucketFileSystem(bucket=self)
 
     def close(self) -> None:
         """Release the driver's connections and threads."""
