@@ -1,7 +1,7 @@
 """pandas through ``portable://`` (BucketFileSystem) against s3fs, on the bench S3 server, in one run.
 
     .venv/bin/python bench/fsspec_bench.py            # full run: 9 rounds (a few minutes on 2 busy cores)
-    .venv/bin/python bench/fsspec_bench.py --quick    # smoke test: 2 rounds, under a minute
+    .venv/bin/python bench/fsspec_bench.py --quick    # smoke test: 2 rounds, a quarter of the data, under a minute
 
 Needs the dev dependencies (pandas, pyarrow, fsspec), the AWS adapter (s3fs) and
 the obstore adapter (``pip install -r bench/requirements-fsspec.txt``), and the
@@ -30,7 +30,8 @@ neighbour slows all alike. Before every timed read the contestant's listing
 cache is dropped (``fs.invalidate_cache()``): each round reads as a fresh
 process would, with warm connection pools (instances stay cached, as fsspec
 caches them for a user). A warm-up round, not timed, checks that all three
-return equal frames. Reported: median seconds per read with min-max, MiB/s, and
+return equal frames and counts the requests each read makes (botocore's events
+for s3fs, the driver's calls for portable). Reported: median seconds per read with min-max, MiB/s, and
 the paired ratio per round (s3fs seconds / contestant seconds in the same
 round: above 1 is faster than s3fs), median with min-max.
 
@@ -50,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,8 +76,11 @@ DATASET_BUCKET = "events"
 ACCESS_KEY, SECRET_KEY, REGION = "benchaccesskey", "benchsecretkey", "us-east-1"
 TARGETS = {"portable[fsspec]": 0.95, "portable[obstore]": 1.0}
 BASELINE = "s3fs"
-BIG_ROWS = 1_048_576  # x 8 float64 columns, plain-encoded, uncompressed: 64 MiB
-DATASET = (10, 20, 10_486)  # folders x files per folder x rows per file (4 x 8-byte columns): 64 MiB
+#: rows of the one file (x 8 float64 columns, plain-encoded, uncompressed: 64 MiB), and the
+#: dataset's folders x files per folder x rows per file (4 x 8-byte columns: 64 MiB in all)
+FULL = {"big_rows": 1_048_576, "dataset": (10, 20, 10_486)}
+#: --quick: the same shapes, a quarter of the size (16 MiB; 50 files)
+QUICK = {"big_rows": 262_144, "dataset": (5, 10, 10_486)}
 
 
 # ------------------------------------------------------------------ the server
@@ -141,15 +146,15 @@ def parquet_bytes(table: pa.Table, row_group_size: int | None = None) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def upload(s3: Any) -> dict[str, int]:
+def upload(s3: Any, shape: dict[str, Any]) -> dict[str, int]:
     """Write the file and the dataset (not timed); return their sizes in bytes."""
-    big = parquet_bytes(big_table(BIG_ROWS), row_group_size=131_072)
+    big = parquet_bytes(big_table(shape["big_rows"]), row_group_size=131_072)
     s3.pipe_file(f"{BUCKET}/big.parquet", big)
-    folders, files, rows = DATASET
+    folders, files, rows = shape["dataset"]
     total = 0
     items = {}
-    for key, table in dataset_tables(folders, files, rows):
-        items[f"{DATASET_BUCKET}/{key}"] = data = parquet_bytes(table)
+    for key, part in dataset_tables(folders, files, rows):
+        items[f"{DATASET_BUCKET}/{key}"] = data = parquet_bytes(part)
         total += len(data)
     s3.pipe(items)
     return {"big.parquet": len(big), "dataset": total, "dataset_files": len(items)}
@@ -208,6 +213,46 @@ def reader(url: str, options: dict[str, Any] | None) -> Callable[[], pd.DataFram
     return read
 
 
+#: request names, as botocore (s3fs) and a portable driver call them, in one vocabulary
+REQUESTS = {"ListObjectsV2": "LIST", "HeadObject": "HEAD", "HeadBucket": "HEAD bucket", "GetObject": "GET",
+            "list_page": "LIST", "head": "HEAD", "get_range": "GET", "get": "GET"}
+
+
+def counted_read(name: str, url: str, options: dict[str, Any] | None,
+                 read: Callable[[], pd.DataFrame]) -> tuple[pd.DataFrame, str]:
+    """One read (the warm-up, not timed) and the requests it made: botocore's events for s3fs,
+    the portable driver's calls (one request each, when nothing fails) for portable."""
+    fs, _ = fsspec.core.url_to_fs(url, **(options or {}))
+    counts: Counter[str] = Counter()
+    if name == BASELINE:
+        def on_call(model: Any, **_: Any) -> None:
+            counts[REQUESTS.get(model.name, model.name)] += 1
+
+        fs.s3.meta.events.register("before-call.s3", on_call)
+        try:
+            df = read()
+        finally:
+            fs.s3.meta.events.unregister("before-call.s3", on_call)
+    else:
+        driver = fs.bucket.driver
+        ops = ("get", "get_range", "head", "list_page")
+
+        def counting(op: str, call: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                counts[REQUESTS[op]] += 1
+                return call(*args, **kwargs)
+            return run
+
+        for op in ops:
+            setattr(driver, op, counting(op, getattr(driver, op)))
+        try:
+            df = read()
+        finally:
+            for op in ops:
+                delattr(driver, op)
+    return df, ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+
+
 # ------------------------------------------------------------------ measuring
 def rounds_of(readers: dict[str, Callable[[], pd.DataFrame]], rounds: int) -> dict[str, list[float]]:
     """Seconds per read, per contestant, in ``rounds`` rotated rounds (A B C, B C A, C A B, ...)."""
@@ -222,17 +267,22 @@ def rounds_of(readers: dict[str, Callable[[], pd.DataFrame]], rounds: int) -> di
     return times
 
 
-def check_equal(readers: dict[str, Callable[[], pd.DataFrame]], title: str, rows: int) -> None:
-    frames = {name: read() for name, read in readers.items()}
+def warm_up(readers: dict[str, Callable[[], pd.DataFrame]], urls: dict[str, tuple[str, dict[str, Any] | None]],
+            title: str, rows: int) -> dict[str, str]:
+    """One untimed read per contestant: the frames must be equal; returns the requests each made."""
+    frames, requests = {}, {}
+    for name, read in readers.items():
+        frames[name], requests[name] = counted_read(name, *urls[name], read)
     base = frames[BASELINE]
     if len(base) != rows:
         raise SystemExit(f"{title}: {BASELINE} read {len(base)} rows, not {rows}")
     for name, df in frames.items():
         if name != BASELINE:
             pd.testing.assert_frame_equal(df, base, obj=f"{title}: {name} vs {BASELINE}")
+    return requests
 
 
-def rows(times: dict[str, list[float]], size: int) -> list[dict[str, Any]]:
+def rows(times: dict[str, list[float]], size: int, requests: dict[str, str]) -> list[dict[str, Any]]:
     base = times[BASELINE]
     out = []
     for name, values in times.items():
@@ -247,6 +297,7 @@ def rows(times: dict[str, list[float]], size: int) -> list[dict[str, Any]]:
             "paired_vs_s3fs": round(statistics.median(paired), 3),
             "paired_min": round(min(paired), 3),
             "paired_max": round(max(paired), 3),
+            "requests_per_read": requests.get(name, ""),
         })
     return out
 
@@ -284,14 +335,14 @@ METHOD = (
     "idiom (`storage_options` with `client_kwargs.endpoint_url`), and `portable://PROFILE/...` on the "
     "fsspec engine and on the obstore engine. Rotated interleaved rounds; each read starts with the "
     "contestant's listing cache dropped and its connection pool warm; a warm-up round checks that all "
-    "three frames are equal. Ratios are paired per round (s3fs seconds / contestant seconds), median and "
+    "three frames are equal and counts the requests of one read. Ratios are paired per round (s3fs seconds / contestant seconds), median and "
     "min-max; above 1 is faster than s3fs."
 )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke test: 2 rounds, under a minute")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 2 rounds of a quarter of the data, under a minute")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default 9; 2 with --quick)")
     parser.add_argument("--only", default="", help="comma-separated contestants to run (default all; s3fs always runs)")
     args = parser.parse_args()
@@ -307,20 +358,21 @@ def main() -> int:
             os.environ.pop(name, None)
         os.environ["PORTABLE_CONFIG"] = str(write_config(endpoint))
         s3 = fsspec.filesystem("s3", **s3fs_options(endpoint))
-        sizes = upload(s3)
+        shape = QUICK if args.quick else FULL
+        sizes = upload(s3, shape)
         print(f"uploaded: {sizes}", flush=True)
         plan = {
-            f"one {sizes['big.parquet'] / MIB:.0f} MiB Parquet file": ("big.parquet", sizes["big.parquet"], BIG_ROWS),
+            f"one {sizes['big.parquet'] / MIB:.0f} MiB Parquet file": ("big.parquet", sizes["big.parquet"], shape["big_rows"]),
             f"{sizes['dataset_files']}-file partitioned dataset ({sizes['dataset'] / MIB:.0f} MiB)":
-                ("dataset", sizes["dataset"], DATASET[0] * DATASET[1] * DATASET[2]),
+                ("dataset", sizes["dataset"], shape["dataset"][0] * shape["dataset"][1] * shape["dataset"][2]),
         }
         sections: dict[str, list[dict[str, Any]]] = {}
         for title, (path, size, nrows) in plan.items():
             chosen = {n.strip() for n in args.only.split(",") if n.strip()} | {BASELINE}
-            readers = {name: reader(url, opts) for name, (url, opts) in contestants(endpoint, path).items()
-                       if not args.only or name in chosen}
-            check_equal(readers, title, nrows)
-            sections[title] = rows(rounds_of(readers, rounds), size)
+            urls = {name: where for name, where in contestants(endpoint, path).items() if not args.only or name in chosen}
+            readers = {name: reader(url, opts) for name, (url, opts) in urls.items()}
+            requests = warm_up(readers, urls, title, nrows)
+            sections[title] = rows(rounds_of(readers, rounds), size, requests)
             print(table(title, sections[title]), flush=True)
     checks = verdicts(sections)
     for c in checks:
