@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from .._native import native_object
 from ..driver.redaction import redact
 from ..driver.storage import ListPage, ObjectInfo, StorageCapabilities, StorageDriver, check_key
-from ..errors import InvalidArgument, NotFound, TooLarge, Unsupported
+from ..errors import InvalidArgument, MissingDependency, NotFound, TooLarge, Unsupported
 from ..resilience import Guard, ResiliencePolicy
 from ._batch import BatchOperations
 from ._checks import (
@@ -370,9 +370,17 @@ class Bucket(BatchOperations, StreamOperations):
         Raises:
             MissingDependency: fsspec is not installed (``pip install 'portable-cloud[fsspec]'``).
         """
-        from ..fsspec import BucketFileSystem
-
-        return BucketFileSystem(bucket=self)
+        try:
+            import fsspec  # type: ignore[import-untyped]
+        except ImportError as exc:
+            raise MissingDependency("Bucket.fs() needs fsspec: pip install 'portable-cloud[fsspec]'") from exc
+        # Found as fsspec.filesystem("portable") finds it, through fsspec's registry (the
+        # "fsspec.specs" entry point, or the lazy string below in a source checkout):
+        # portable.fsspec imports portable.storage, so this module must not import it back.
+        if "portable" not in fsspec.registry and "portable" not in fsspec.available_protocols():
+            fsspec.register_implementation("portable", "portable.fsspec.BucketFileSystem")
+        cls: type[BucketFileSystem] = fsspec.get_filesystem_class("portable")
+        return cls(bucket=self)
 
     def close(self) -> None:
         """Release the driver's connections and threads."""

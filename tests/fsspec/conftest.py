@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("fsspec", reason="the fsspec bridge needs fsspec: pip install 'portable-cloud[fsspec]'")
 
-from portable.fsspec import BucketFileSystem  # noqa: E402
-from portable.storage import Bucket, open_bucket  # noqa: E402
+from portable.fsspec import BucketFileSystem
+from portable.storage import Bucket, open_bucket
 
 STORAGES = ("mem", "file", "s3")
 
