@@ -27,6 +27,14 @@ DEFAULT_BLOCK_SIZE = 8 * 1024 * 1024
 #: Parquet pattern (footer, then column chunks in order) cost one request per block.
 DEFAULT_CACHE_TYPE = "readahead"
 
+#: A fetch larger than this (a big read, or a read plus its read-ahead) is split into ranged gets
+#: of :data:`FETCH_PART_BYTES` that run concurrently; one ranged get at a time leaves most of a
+#: fast link idle, and each part is retried on its own.
+PARALLEL_FETCH_BYTES = 16 * 1024 * 1024
+
+#: The size of each concurrent ranged get of a large fetch.
+FETCH_PART_BYTES = 8 * 1024 * 1024
+
 #: Ranged gets in flight at once in ``cat_ranges`` (and ``cat`` of many files).
 DEFAULT_MAX_CONCURRENCY = 16
 
@@ -102,8 +110,14 @@ class BucketFile(AbstractBufferedFile):  # type: ignore[misc]
             self.details = details
 
     def _fetch_range(self, start: int, end: int) -> bytes:
+        """``[start, end)`` by one ranged get, or, over :data:`PARALLEL_FETCH_BYTES`, by ranged
+        gets of :data:`FETCH_PART_BYTES` each, up to the file system's ``max_concurrency`` at once."""
+        end = min(end, self.size)
         with os_errors(self.path):
-            return self.bucket.get_range(self.path, start, end)
+            if end - start <= PARALLEL_FETCH_BYTES or self.fs.max_concurrency == 1:
+                return self.bucket.get_range(self.path, start, end)
+            parts = [(s, min(s + FETCH_PART_BYTES, end)) for s in range(start, end, FETCH_PART_BYTES)]
+            return b"".join(self.fs._map(lambda r: self.bucket.get_range(self.path, r[0], r[1]), parts))
 
     def _initiate_upload(self) -> None:
         options = dict(self._write_options)

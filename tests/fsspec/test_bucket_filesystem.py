@@ -246,6 +246,22 @@ def test_ranged_reads(bfs: BucketFileSystem) -> None:
         bfs.cat_ranges(["r", "missing"], 0, 1, on_error="raise")
 
 
+def test_a_large_read_runs_as_concurrent_ranged_gets() -> None:
+    bucket = counting("large")
+    fs = bucket.fs()
+    data = body(20 * 1024 * 1024 + 5)
+    fs.pipe_file("big", data)
+    calls = chaos_of(bucket).stats.calls
+    calls.clear()
+    with fs.open("big", "rb") as f:
+        assert f.read() == data
+    assert calls["get_range"] == 3, calls  # 8 + 8 + 4 MiB, at once
+    calls.clear()
+    with BucketFileSystem(bucket=bucket, max_concurrency=1).open("big", "rb") as f:
+        assert f.read() == data
+    assert calls["get_range"] == 1, calls
+
+
 def test_cat_of_many_files(bfs: BucketFileSystem) -> None:
     bfs.pipe({f"m/{i}": body(100 + i, i) for i in range(12)})
     got = bfs.cat("m/*")
