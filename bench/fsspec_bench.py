@@ -326,6 +326,7 @@ def write_results(name: str, sections: dict[str, list[dict[str, Any]]], checks: 
               for c in checks]
     lines.append("")
     lines += [table(title, rws) for title, rws in sections.items()]
+    lines += ["", NOTES, ""]
     (RESULTS / f"{name}.md").write_text("\n".join(lines))
 
 
@@ -337,6 +338,18 @@ METHOD = (
     "contestant's listing cache dropped and its connection pool warm; a warm-up round checks that all "
     "three frames are equal and counts the requests of one read. Ratios are paired per round (s3fs seconds / contestant seconds), median and "
     "min-max; above 1 is faster than s3fs."
+)
+
+
+NOTES = (
+    "Notes. The dataset is a bucket of its own (`s3://events`, `portable://PROFILE/`): s3s-fs answers a "
+    "HEAD of a \"folder\" key with 500 InternalError where S3 answers 404, and both s3fs and portable HEAD "
+    "a dataset's path before listing it. s3s-fs also takes an empty `delimiter=` for a delimiter (S3: none), "
+    "which empties s3fs's recursive `find`; the s3fs contestant drops an empty Delimiter in a botocore "
+    "`before-parameter-build` hook (a dict lookup per LIST). `requests_per_read` counts one untimed read: "
+    "botocore's `before-call` events for s3fs, the portable driver's get/get_range/head/list_page calls "
+    "for portable (one request each when nothing is retried). Absolute times on this shared 2-core machine "
+    "mean little; the paired ratios do, and the load is in the run line."
 )
 
 
