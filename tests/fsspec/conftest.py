@@ -14,7 +14,8 @@ pytest.importorskip("fsspec", reason="the fsspec bridge needs fsspec: pip instal
 from portable.fsspec import BucketFileSystem
 from portable.storage import Bucket, open_bucket
 
-STORAGES = ("mem", "file", "s3")
+#: mem://, file://, and S3 on moto through both engines (obstore, and s3fs: ``engine=fsspec``).
+STORAGES = ("mem", "file", "s3", "s3-fsspec")
 
 
 @pytest.fixture(scope="session")
@@ -34,14 +35,15 @@ def moto_s3(moto_server: Any) -> Iterator[dict[str, str]]:
 
 
 def bucket_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    """A fresh, empty bucket's URL of ``kind`` (mem, file or s3 on moto)."""
+    """A fresh, empty bucket's URL of ``kind`` (one of :data:`STORAGES`)."""
     unique = uuid.uuid4().hex[:12]
     if kind == "mem":
         return f"mem://fs-{unique}"
     if kind == "file":
         return f"file://{tmp_path / 'objects'}"
     s3 = request.getfixturevalue("moto_s3")
-    return f"s3://{s3['bucket']}/{unique}?{s3['query']}"
+    engine = "fsspec" if kind == "s3-fsspec" else "obstore"
+    return f"s3://{s3['bucket']}/{unique}?{s3['query']}&engine={engine}"
 
 
 @pytest.fixture(params=STORAGES)

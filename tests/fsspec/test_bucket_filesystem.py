@@ -377,3 +377,23 @@ def test_the_docs_page_examples_run(block: Any, tmp_path: Path, monkeypatch: pyt
 
     enter_workdir(DOCS / "fsspec.md", tmp_path, monkeypatch)
     run_block(DOCS / "fsspec.md", block)
+
+
+def test_without_fsspec_the_bridge_names_the_extra() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['fsspec'] = None\n"
+        "import portable.storage\n"
+        "from portable.errors import MissingDependency\n"
+        "bucket = portable.storage.open_bucket('mem://no-fsspec')\n"
+        "for attempt in (lambda: __import__('portable.fsspec'), bucket.fs):\n"
+        "    try:\n"
+        "        attempt()\n"
+        "    except MissingDependency as err:\n"
+        "        print(err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and all("portable-cloud[fsspec]" in line for line in lines), out
