@@ -27,8 +27,9 @@ profile's resilience policy and engine apply to it; spell it ``bucket_url``
 for pandas' ``read_parquet`` and Dask, which pass storage_options through
 ``fsspec.core.url_to_fs(url, ...)`` where ``url`` is taken), ``bucket`` (a Bucket
 object; not through storage_options of other processes, which cannot be
-pickled), ``default_block_size``, ``default_cache_type`` and
-``max_concurrency``. Any other option is an InvalidArgument.
+pickled), ``default_block_size``, ``default_cache_type``, ``max_concurrency``,
+and the listings cache's ``use_listings_cache``, ``listings_expiry_time`` and
+``max_paths``. Any other option is an InvalidArgument.
 
 Where object storage differs from a POSIX file system (and fsspec's local one):
 directories are implied by keys (``a/b`` makes ``a`` a directory), so an empty
@@ -37,7 +38,9 @@ disappears with its last object; a path may be a file and a directory at once
 (``a`` and ``a/b``), where ``info`` reports the file; there is no append, no
 rename (``mv`` copies then deletes) and no creation time; and a file written
 with ``open(..., "wb")`` is visible only once closed, never partly.
-Listings are not cached: every ``ls``/``find``/``info`` asks the Bucket.
+What ``ls`` and ``find`` list is kept for ``listings_expiry_time`` seconds (10
+by default), so ``info``/``isfile``/``open`` of a listed path sends no head;
+this file system's own writes and deletes drop what they touch.
 
 Errors: a missing object is FileNotFoundError, an existing one under
 ``"xb"``/``mode="create"`` FileExistsError, refused credentials

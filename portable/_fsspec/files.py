@@ -96,9 +96,13 @@ class BucketFile(AbstractBufferedFile):  # type: ignore[misc]
             with os_errors(key):
                 if fs.bucket.exists(key):
                     raise FileExistsError(errno.EEXIST, "object exists", key)
+        if mode != "rb":
+            fs.invalidate_cache(key)
         if mode == "rb" and size is None:
-            with os_errors(key):
-                details = fs._file_entry(fs.bucket.head(key))
+            details = fs._from_listing(key)  # FileNotFoundError when its folder's listing lacks it
+            if details is None or details["type"] != "file":
+                with os_errors(key):
+                    details = fs._file_entry(fs.bucket.head(key))
             size = details["size"]
         else:
             details = None
@@ -134,6 +138,7 @@ class BucketFile(AbstractBufferedFile):  # type: ignore[misc]
                 self._writer.write(data)
             if final and self.autocommit:
                 self._writer.close()
+                self.fs.invalidate_cache(self.path)
         return True
 
     def commit(self) -> None:
@@ -141,6 +146,7 @@ class BucketFile(AbstractBufferedFile):  # type: ignore[misc]
         if self._writer is not None:
             with os_errors(self.path):
                 self._writer.close()
+            self.fs.invalidate_cache(self.path)
 
     def discard(self) -> None:
         """Throw away what was written; nothing becomes visible."""

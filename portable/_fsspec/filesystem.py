@@ -14,7 +14,7 @@ from fsspec.caching import caches  # type: ignore[import-untyped]
 from fsspec.spec import AbstractFileSystem  # type: ignore[import-untyped]
 
 from ..driver.storage import ObjectInfo
-from ..errors import InvalidArgument, NotFound
+from ..errors import InvalidArgument, NotFound, PortableError
 from ..storage import Bucket, open_bucket
 from .files import (
     DEFAULT_BLOCK_SIZE,
@@ -30,8 +30,15 @@ from .files import (
 T = TypeVar("T")
 
 _FS_OPTIONS = (
-    "bucket", "bucket_url", "default_block_size", "default_cache_type", "max_concurrency", "profile", "url",
+    "bucket", "bucket_url", "default_block_size", "default_cache_type", "listings_expiry_time",
+    "max_concurrency", "max_paths", "profile", "url", "use_listings_cache",
 )
+
+#: Seconds a listing's entries answer ``info``/``isfile``/``open`` without a head, unless
+#: ``listings_expiry_time`` says otherwise. s3fs keeps them until invalidated; a short default
+#: serves a reader's discovery-then-read (pyarrow asks ``isfile`` and opens every file that
+#: ``find`` just listed) while another process's writes show within seconds.
+DEFAULT_LISTINGS_EXPIRY = 10.0
 
 #: Environment variables that change which bucket a profile (or no profile) resolves to.
 _CONFIG_ENV = (
@@ -91,6 +98,14 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         default_cache_type: fsspec's cache for files opened "rb". Defaults to
             :data:`DEFAULT_CACHE_TYPE` ("readahead").
         max_concurrency: ranged gets in flight at once in ``cat_ranges``. Defaults to 16.
+        use_listings_cache: keep what ``ls`` and ``find`` listed, so that ``info``, ``isfile``,
+            ``isdir``, ``exists`` and ``open(..., "rb")`` of a listed path send no request.
+            Defaults to True. This file system's own writes and deletes drop the entries they
+            touch; another writer's changes show once the entries expire (or after
+            ``invalidate_cache()``).
+        listings_expiry_time: seconds a listing is kept. Defaults to
+            :data:`DEFAULT_LISTINGS_EXPIRY` (10); None keeps it until invalidated, as s3fs does.
+        max_paths: the most directory listings kept (least recently used dropped). Defaults to no limit.
 
     Raises:
         InvalidArgument: an unknown option, or ``bucket`` with ``profile``/``url``.
@@ -142,9 +157,18 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         concurrency = options.get("max_concurrency", DEFAULT_MAX_CONCURRENCY)
         if type(concurrency) is not int or concurrency < 1:
             raise InvalidArgument(f"max_concurrency must be an int >= 1, got {concurrency!r}")
+        use_cache = options.get("use_listings_cache", True)
+        if type(use_cache) is not bool:
+            raise InvalidArgument(f"use_listings_cache must be True or False, got {use_cache!r}")
+        expiry = options.get("listings_expiry_time", DEFAULT_LISTINGS_EXPIRY)
+        if expiry is not None and (type(expiry) not in (int, float) or expiry <= 0):
+            raise InvalidArgument(f"listings_expiry_time must be seconds > 0 or None, got {expiry!r}")
+        max_paths = options.get("max_paths")
+        if max_paths is not None and (type(max_paths) is not int or max_paths < 1):
+            raise InvalidArgument(f"max_paths must be an int >= 1 or None, got {max_paths!r}")
         if bucket is None:
             bucket = open_bucket(url, profile=profile)
-        super().__init__()
+        super().__init__(use_listings_cache=use_cache, listings_expiry_time=expiry, max_paths=max_paths)
         self.bucket: Bucket = bucket
         self.profile: str | None = profile
         self.default_block_size = block_size
@@ -209,6 +233,57 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         page = self.bucket.list_page(self._prefix(key), page_size=1)
         return bool(page.objects or page.prefixes)
 
+    # -- the listings cache ---------------------------------------------
+    def _from_listing(self, key: str) -> dict[str, Any] | None:
+        """``key``'s entry from a kept listing, None when none covers it.
+
+        Raises:
+            FileNotFoundError: the listing of ``key``'s folder is kept and has no such entry.
+        """
+        if not key:
+            return None
+        if key in self.dircache:  # a listed folder
+            return self._dir_entry(key)
+        try:
+            siblings = self.dircache[self._parent(key)]
+        except KeyError:
+            return None
+        for entry in siblings:
+            if entry["name"] == key:
+                return dict(entry)
+        raise FileNotFoundError(errno.ENOENT, "not in its folder's listing", key)
+
+    def _keep_find(self, prefix: str, entries: Mapping[str, dict[str, Any]]) -> None:
+        """Keep every folder listing that a complete undelimited listing under ``prefix`` implies."""
+        folders: dict[str, dict[str, dict[str, Any]]] = {prefix.rstrip("/"): {}}
+        for name, entry in entries.items():
+            if entry["type"] != "file":
+                continue
+            child, parent = name, self._parent(name)
+            folders.setdefault(parent, {})[child] = entry
+            while parent and parent != prefix.rstrip("/") and len(parent) > len(prefix.rstrip("/")):
+                child, parent = parent, self._parent(parent)
+                known = folders.setdefault(parent, {})
+                if child in known:
+                    break
+                known[child] = self._dir_entry(child)
+        for folder, children in folders.items():
+            if children:
+                self.dircache[folder] = [children[n] for n in sorted(children)]
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        """Forget kept listings: all of them, or those that ``path`` is in (its folder and each
+        folder above it)."""
+        if path is None:
+            self.dircache.clear()
+            return
+        key = self._strip_protocol(path)
+        while True:
+            self.dircache.pop(key, None)
+            if not key:
+                break
+            key = self._parent(key)
+
     # -- listing and metadata -------------------------------------------
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         """The files and directories right under ``path`` (one delimited listing); a file's own
@@ -219,6 +294,12 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         """
         key = self._strip_protocol(path)
         prefix = self._prefix(key)
+        if kwargs.get("refresh"):
+            self.invalidate_cache(key)
+        elif key in self.dircache or not key:
+            kept = self.dircache.get(key)
+            if kept is not None:
+                return [dict(e) for e in kept] if detail else [e["name"] for e in kept]
         entries: list[dict[str, Any]] = []
         with os_errors(key):
             for info in self.bucket.list(prefix, delimiter="/"):
@@ -227,12 +308,19 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
                 elif info.key != prefix:
                     entries.append(self._file_entry(info))
             if not entries and key:
-                entries = [self._file_entry(self.bucket.head(key))]
+                return [self._file_entry(self.bucket.head(key))] if detail else [key]
+        if entries:
+            self.dircache[key] = [dict(e) for e in entries]
         return entries if detail else [e["name"] for e in entries]
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         """A file's size, etag, modification time, content type and metadata (one head), else a
-        directory's entry if objects are stored under it (one listing of one key).
+        directory's entry if objects are stored under it (one listing of one key). A path that
+        ends in ``/`` names a directory only: no head is sent.
+
+        A head that fails otherwise than NotFound (after its retries) is answered by the listing
+        when objects are stored under the path: some S3 servers (s3s-fs) refuse a head on a
+        key that is a folder of theirs with a 500.
 
         Raises:
             FileNotFoundError: nothing is stored at or under ``path``.
@@ -240,23 +328,48 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         key = self._strip_protocol(path)
         if not key:
             return self._dir_entry("")
+        kept = self._from_listing(key)
+        if kept is not None:
+            if isinstance(path, str) and path.endswith("/") and kept["type"] != "directory":
+                raise FileNotFoundError(errno.ENOENT, "no object under this directory", path)
+            return kept
         with os_errors(key):
+            if isinstance(path, str) and path.endswith("/"):
+                if self._has_children(key):
+                    return self._dir_entry(key)
+                raise FileNotFoundError(errno.ENOENT, "no object under this directory", path)
             try:
                 return self._file_entry(self.bucket.head(key))
             except NotFound:
                 if self._has_children(key):
                     return self._dir_entry(key)
                 raise
+            except PortableError as err:
+                if isinstance(err, InvalidArgument) or not self._has_children(key):
+                    raise
+                return self._dir_entry(key)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def isdir(self, path: str) -> bool:
         """Whether objects are stored under ``path/`` (one listing of one key)."""
         key = self._strip_protocol(path)
+        try:
+            kept = self._from_listing(key)
+        except FileNotFoundError:
+            return False
+        if kept is not None:
+            return bool(kept["type"] == "directory")
         return not key or self._has_children(key)
 
     def isfile(self, path: str) -> bool:
         """Whether an object is stored under ``path`` (one head)."""
         key = self._strip_protocol(path)
+        try:
+            kept = self._from_listing(key)
+        except FileNotFoundError:
+            return False
+        if kept is not None:
+            return bool(kept["type"] == "file")
         return bool(key) and self.bucket.exists(key)
 
     def find(
@@ -281,6 +394,8 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
                             break
                         name = prefix + "/".join(parts[:depth])
                         out.setdefault(name, self._dir_entry(name))
+            if maxdepth is None and out:
+                self._keep_find(prefix, out)
             if withdirs and key and out:
                 out[key] = self._dir_entry(key)
             if not out and key:
@@ -411,6 +526,7 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         key = self._key(path)
         if mode not in ("overwrite", "create"):
             raise InvalidArgument(f"pipe_file: mode must be 'overwrite' or 'create', got {mode!r}")
+        self.invalidate_cache(key)
         with os_errors(key):
             self.bucket.put(key, value, if_none_match="*" if mode == "create" else None, **kwargs)
 
@@ -418,6 +534,8 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         """Store one object, or a ``{path: bytes}`` mapping concurrently (``Bucket.put_many``)."""
         if isinstance(path, Mapping) and value is None and not kwargs:
             items = {self._key(p): v for p, v in path.items()}
+            for key in items:
+                self.invalidate_cache(key)
             with os_errors(""):
                 self.bucket.put_many(items)
             return
@@ -426,6 +544,7 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
         """Store an empty object (one put); without ``truncate``, only if none is stored."""
         key = self._key(path)
+        self.invalidate_cache(key)
         if truncate or not self.bucket.exists(key):
             with os_errors(key):
                 self.bucket.put(key, b"", **kwargs)
@@ -436,6 +555,7 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         src, dst = self._key(path1), self._key(path2)
         if kwargs:
             raise InvalidArgument(f"cp_file: unknown option(s) {sorted(kwargs)}")
+        self.invalidate_cache(dst)
         with os_errors(src):
             try:
                 self.bucket.copy(src, dst)
@@ -447,6 +567,7 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
     def rm_file(self, path: str) -> None:
         """Delete one object; a missing object is FileNotFoundError, as fsspec expects."""
         key = self._key(path)
+        self.invalidate_cache(key)
         with os_errors(key):
             self.bucket.head(key)
             self.bucket.delete(key)
@@ -468,6 +589,8 @@ class BucketFileSystem(AbstractFileSystem, metaclass=_BucketFileSystemType):  # 
         single = isinstance(path, str) and not has_magic(path) and keys == [self._strip_protocol(path)]
         if single and self.info(path)["type"] == "directory":
             raise IsADirectoryError(errno.EISDIR, "a directory: pass recursive=True", path)
+        for key in keys:
+            self.invalidate_cache(key)
         with os_errors(str(path)):
             self.bucket.delete_many(keys)
 

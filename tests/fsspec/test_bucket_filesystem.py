@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import io
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from portable.errors import (
     InvalidKey,
     InvalidURL,
     NotFound,
+    PortableError,
     Unsupported,
 )
 from portable.fsspec import DEFAULT_BLOCK_SIZE, BucketFile, BucketFileSystem
@@ -192,6 +194,9 @@ def test_ls_info_find_over_implied_directories(bfs: BucketFileSystem) -> None:
     assert entries["t/a.csv"]["type"] == "file" and entries["t/a.csv"]["size"] == 1
     assert entries["t/a.csv"]["etag"] and entries["t/a.csv"]["last_modified"] is not None
     assert bfs.info("t/p=2") == {"name": "t/p=2", "size": 0, "type": "directory"}
+    assert bfs.info("t/p=2/")["type"] == "directory"  # a trailing slash: a directory, no head
+    with pytest.raises(FileNotFoundError):
+        bfs.info("t/a.csv/")
     assert bfs.ls("t/p=2/y", detail=False) == ["t/p=2/y"]  # ls of a file: the file
     assert bfs.find("t") == ["t/a.csv", "t/p=1/x", "t/p=2/y"]
     assert bfs.find("t", maxdepth=1) == ["t/a.csv"]
@@ -199,6 +204,25 @@ def test_ls_info_find_over_implied_directories(bfs: BucketFileSystem) -> None:
     assert bfs.glob("t/p=*/*") == ["t/p=1/x", "t/p=2/y"]
     assert bfs.du("t") == 6
     assert bfs.isdir("t") and not bfs.isfile("t") and bfs.isfile("u") and not bfs.isdir("u")
+
+
+def test_a_server_refusing_heads_on_folders_still_has_directories(s3s_server: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """s3s-fs answers a head on a key that is one of its folders with a 500 (not a 404)."""
+    import boto3
+
+    for name, value in s3s_server.env.items():
+        monkeypatch.setenv(name, value)
+    endpoint = s3s_server.endpoints["endpoint_url"]
+    name = f"pt-fs-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    fs = open_bucket(f"s3://{name}?region=us-east-1&endpoint_url={endpoint}", policy=QUICK_RETRIES).fs()
+    fs.pipe_file("ds/p=1/f.parquet", b"x")
+    with pytest.raises(PortableError) as refused:  # the server's quirk this test is about
+        fs.bucket.head("ds")
+    assert not isinstance(refused.value, NotFound)
+    assert fs.info("ds")["type"] == "directory"
+    assert fs.isdir("ds/p=1") and fs.find("ds") == ["ds/p=1/f.parquet"]
 
 
 def test_directories_come_and_go_with_their_objects(bfs: BucketFileSystem) -> None:
@@ -288,6 +312,82 @@ def test_a_parquet_footer_costs_one_ranged_get() -> None:
     assert pq.read_table("t.parquet", filesystem=fs).equals(table)
     # the footer, then the whole rest in one read-ahead block (the file is under one block)
     assert calls["get_range"] <= 2, calls
+
+
+# -- the listings cache ------------------------------------------------------------------------
+def test_a_dataset_read_after_its_listing_sends_no_head() -> None:
+    """pyarrow asks ``isfile`` and opens every file that dataset discovery just listed: with the
+    listing kept, that costs no head (s3fs's behaviour), only the ranged gets of the data."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    bucket = counting("dataset")
+    fs = bucket.fs()
+    tables = {f"ds/p={i}/part.parquet": pa.table({"i": list(range(i * 10, i * 10 + 10))}) for i in range(5)}
+    for key, table in tables.items():
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        fs.pipe_file(key, sink.getvalue())
+    calls = chaos_of(bucket).stats.calls
+    calls.clear()
+    assert fs.find("ds") == sorted(tables)
+    for key, table in tables.items():
+        assert fs.isfile(key) and not fs.isdir(key) and fs.isdir(key.rsplit("/", 1)[0])
+        assert fs.info(key)["size"] == fs.size(key) > 0
+        with fs.open(key, "rb") as f:
+            assert pq.read_table(f).equals(table)
+    assert calls["head"] == 0 and calls["list"] == 1 and calls["get_range"] == len(tables), calls
+    assert not fs.exists("ds/p=0/missing.parquet") and not fs.isfile("ds/p=9")
+    assert calls["head"] == 0, "a folder listed in full answers for what it lacks"
+
+
+def test_own_writes_and_deletes_drop_the_kept_listing() -> None:
+    bucket = counting("own")
+    fs = bucket.fs()
+    fs.pipe({"d/a": b"1", "d/b": b"22"})
+    assert fs.ls("d", detail=False) == ["d/a", "d/b"]
+    fs.pipe_file("d/c", b"333")
+    assert fs.ls("d", detail=False) == ["d/a", "d/b", "d/c"]
+    with fs.open("d/e/f", "wb") as f:
+        f.write(b"4444")
+    assert fs.find("d") == ["d/a", "d/b", "d/c", "d/e/f"]
+    assert fs.info("d/e/f")["size"] == 4
+    fs.rm("d/a")
+    assert not fs.exists("d/a") and fs.ls("d", detail=False) == ["d/b", "d/c", "d/e"]
+    fs.cp_file("d/b", "d/g")
+    assert fs.cat_file("d/g") == b"22" and "d/g" in fs.ls("d", detail=False)
+    with fs.open("d/b", "wb") as f:
+        f.write(b"longer now")
+    assert fs.info("d/b")["size"] == 10 and fs.cat_file("d/b") == b"longer now"
+
+
+def test_another_writer_shows_after_invalidate_or_expiry() -> None:
+    bucket = counting("other")
+    fs = BucketFileSystem(bucket=bucket, listings_expiry_time=0.3)
+    fs.pipe_file("x/a", b"1")
+    assert fs.ls("x", detail=False) == ["x/a"]
+    bucket.put("x/b", b"2")  # not through this file system
+    assert fs.ls("x", detail=False) == ["x/a"], "kept for listings_expiry_time"
+    fs.invalidate_cache("x/a")
+    assert fs.ls("x", detail=False) == ["x/a", "x/b"]
+    bucket.put("x/c", b"3")
+    time.sleep(0.4)
+    assert fs.ls("x", detail=False) == ["x/a", "x/b", "x/c"], "expired"
+    bucket.put("x/d", b"4")
+    assert fs.ls("x", detail=False, refresh=True)[-1] == "x/d"
+    uncached = BucketFileSystem(bucket=bucket, use_listings_cache=False)
+    uncached.ls("x")
+    calls = chaos_of(bucket).stats.calls
+    calls.clear()
+    assert uncached.info("x/a")["size"] == 1 and calls["head"] == 1
+
+
+@pytest.mark.parametrize(
+    "option", [{"use_listings_cache": "yes"}, {"listings_expiry_time": 0}, {"listings_expiry_time": "1"},
+               {"max_paths": 0}],
+)
+def test_bad_listings_cache_options_are_refused(option: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument):
+        BucketFileSystem(bucket=counting("bad-cache"), **option)
 
 
 # -- writes ------------------------------------------------------------------------------------
