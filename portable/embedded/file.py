@@ -53,6 +53,18 @@ Guarantees:
     the file's inode, size and nanosecond modification time, which each write
     sets afresh.
 
+Listing:
+    Keys come in key order (a folder sorts as ``name/``, so ``a-b`` < ``a/x``
+    < ``a0``). A directory has no order, so the first page reads whole each
+    folder it needs (only those: a page of ``a/`` does not read ``b/``); each
+    folder read is kept as a sorted snapshot while its times are unchanged,
+    and later pages find their place in it by binary search, costing time in
+    proportion to their keys. A folder of more than 50,000 names is sorted in
+    runs spilled to unnamed temporary files (``TMPDIR``; about the names'
+    bytes plus 8 per name, freed with the snapshot), so memory stays flat as
+    folders grow. A folder written to while it is listed is read again for
+    each page: correct, but a page then costs the folder's size.
+
 Leftovers:
     A writer killed mid-write leaves its temporary file
     (``.portable-tmp-<random>-<name>`` beside the object, the name cut to

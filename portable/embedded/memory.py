@@ -14,6 +14,11 @@ with the process. Content type, the ``cache_control``, ``content_encoding``
 and ``content_disposition`` headers and user metadata are kept as given and
 returned by ``head``.
 
+Listing: keys are kept in an ordered index, brought up to date when a
+listing needs it (keys written since are inserted, or sorted in at once when
+many). A page is a binary search and a slice; a folded prefix is stepped over
+with one more search, whatever it holds.
+
 Leftovers: none. A streamed write holds its bytes in the writer until commit,
 so a killed writer leaves nothing; ``abort_incomplete`` returns ``[]``.
 """
