@@ -161,35 +161,49 @@ def _write_run(names: Iterable[str]) -> IO[bytes]:
 
 
 def _read_run(run: IO[bytes]) -> Iterator[str]:
+    run.seek(0)  # from the start: a merge that failed may have read some of it
     rest = b""
     while chunk := run.read(1 << 13):  # small: every run has a chunk in memory during the merge
         parts = (rest + chunk).split(b"\0")
         rest = parts.pop()
         for raw in parts:
             yield _decode(raw)
-    run.close()
 
 
 def read_sorted(dir_fd: int) -> FolderSnapshot:
-    """Read the open folder ``dir_fd`` into a snapshot in key order, holding at most a run of names."""
+    """Read the open folder ``dir_fd`` into a snapshot in key order, holding at most a run of names.
+
+    Where no temporary file can be made (``TMPDIR`` full or read-only), the
+    folder is sorted in memory instead: the listing works, at the memory cost
+    of the folder's names.
+    """
     names: list[str] = []
     runs: list[IO[bytes]] = []
+    spill = True
     try:
         for name in _read_names(dir_fd):
             names.append(name)
-            if len(names) >= RUN_NAMES:
+            if spill and len(names) >= RUN_NAMES:
                 names.sort()
-                runs.append(_write_run(names))
+                try:
+                    runs.append(_write_run(names))
+                    if len(runs) >= FAN_IN:  # each run has a read buffer in the merge: merge these into one
+                        runs = [_write_run(heapq.merge(*(_read_run(run) for run in runs)))]
+                except OSError:
+                    spill = False
+                    continue
                 names = []
-                if len(runs) >= FAN_IN:  # each run has a read buffer in the merge: merge these into one
-                    merged = _write_run(heapq.merge(*(_read_run(run) for run in runs)))
-                    runs = [merged]
         names.sort()
         if not runs:
             return _MemorySnapshot(names)
-        runs.append(_write_run(names))
-        del names
-        return _merge(runs)
+        if spill:
+            try:
+                runs.append(_write_run(names))
+                names = []
+                return _merge(runs)
+            except OSError:
+                pass
+        return _MemorySnapshot(list(heapq.merge(*(_read_run(run) for run in runs), names)))
     finally:
         for run in runs:
             run.close()

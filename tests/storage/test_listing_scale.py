@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -342,3 +343,25 @@ def test_s3_delimited_pages_step_over_a_big_folded_prefix(s3_root: str, engine: 
     assert [e.key for e in bucket.list(delimiter="/", page_size=page_size)] == want
     under = [e.key for e in bucket.list("big/", delimiter="/", page_size=1000)]
     assert under == [k for k in S3_KEYS if k.startswith("big/")]
+
+
+@pytest.mark.parametrize("spilled", [0, 4, 10, 11])  # 10 runs, then the merge's two files
+def test_without_temporary_space_a_big_folder_is_sorted_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spilled: int
+) -> None:
+    monkeypatch.setattr(_filelist, "RUN_NAMES", 100)
+    keys = sorted(f"k{i}" for i in range(1000))
+    write_files(tmp_path / "b", keys)
+    made = 0
+    real = tempfile.TemporaryFile
+
+    def fails_after_some(*args: Any, **kwargs: Any) -> Any:
+        nonlocal made
+        made += 1
+        if made > spilled:  # some files made, then the temporary folder is full
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", fails_after_some)
+    assert [e.key for e in open_bucket(f"file://{tmp_path / 'b'}").list(page_size=300)] == keys
+    assert made > spilled
