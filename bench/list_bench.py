@@ -35,6 +35,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -95,6 +96,11 @@ def vm(field: str) -> int:
     raise KeyError(field)
 
 
+def cpu_now() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
 def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
 
@@ -102,6 +108,9 @@ def reset_peak() -> None:
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     kind, who, count = spec["kind"], spec["who"], spec["count"]
     out: dict[str, Any] = {}
+    if kind == "s3":
+        listing = s3_lister(who, spec)  # clients made and libraries imported before the baseline
+    cpu_before = cpu_now()
     if kind == "file":
         root = spec["root"]
         if who == "portable":
@@ -125,12 +134,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         n, before, seconds = mem_listing(who, count, out)
         out["seconds"] = seconds
     else:
-        listing = s3_lister(who, spec)  # clients made and libraries imported before the baseline
         before = vm("VmRSS")
         t0 = time.perf_counter()
         n = listing()
         out["seconds"] = time.perf_counter() - t0
     assert n == count, f"{who} listed {n} keys, not {count}"
+    out["cpu_s"] = cpu_now() - out.pop("cpu_at_listing", cpu_before)  # mem://: from after the fill
     peak = out.pop("first_peak_kib", None) or vm("VmHWM")
     out["peak_rss_mb"] = peak / 1024
     out["listing_rss_mb"] = (peak - before) / 1024
@@ -178,6 +187,7 @@ def mem_listing(who: str, count: int, out: dict[str, Any]) -> tuple[int, int, fl
         for i in range(count):
             driver.put(key_of(count - 1 - i), b"", options)  # written out of order, as a real bucket is
         bucket = Bucket(driver)
+        out["cpu_at_listing"] = cpu_now()
         reset_peak()
         before = vm("VmRSS")
         t0 = time.perf_counter()
@@ -194,6 +204,7 @@ def mem_listing(who: str, count: int, out: dict[str, Any]) -> tuple[int, int, fl
         out["first_peak_kib"] = first_peak  # the caller's VmHWM reading would see the second listing's
         return n, before, seconds
     store = {key_of(count - 1 - i): b"" for i in range(count)}
+    out["cpu_at_listing"] = cpu_now()
     reset_peak()
     before = vm("VmRSS")
     t0 = time.perf_counter()
@@ -212,6 +223,8 @@ def s3_lister(who: str, spec: dict[str, Any]) -> Callable[[], int]:
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                           config=Config(s3={"addressing_style": "path"}))
 
+        s3.list_objects_v2(Bucket=bucket_name, MaxKeys=1)  # warm: connection made, lazy imports done
+
         def paginate() -> int:
             pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket_name, PaginationConfig={"PageSize": 1000})
             return sum(sum(1 for item in page.get("Contents", ()) if item["Size"] >= 0) for page in pages)
@@ -223,6 +236,7 @@ def s3_lister(who: str, spec: dict[str, Any]) -> Callable[[], int]:
     engine = "obstore" if "obstore" in who else "fsspec"
     url = f"s3://{bucket_name}?engine={engine}&endpoint_url={endpoint}&region=us-east-1"
     bucket = open_bucket(url, profile=Profile(name="bench", storage=url, queue="mem://bench", jobs="local://"))
+    bucket.list_page(page_size=1)  # warm, as for boto3
     return lambda: sum(1 for e in bucket.list() if e.size >= 0)
 
 
@@ -291,6 +305,7 @@ def summary(runs: dict[str, list[dict[str, Any]]], peer: str, count: int) -> lis
             "max_s": round(max(secs), 3),
             f"time_vs_{peer}": round(med / base, 2),
             "keys_per_s": round(count / med),
+            "client_cpu_s": round(statistics.median(r["cpu_s"] for r in results), 2),
             "peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in results), 1),
             "listing_rss_mb": round(statistics.median(r["listing_rss_mb"] for r in results), 1),
         }
@@ -300,7 +315,8 @@ def summary(runs: dict[str, list[dict[str, Any]]], peer: str, count: int) -> lis
             rows.append({**row, "contestant": who + ", again", "median_s": round(again, 3),
                          "min_s": round(min(r["again_seconds"] for r in results), 3),
                          "max_s": round(max(r["again_seconds"] for r in results), 3),
-                         f"time_vs_{peer}": round(again / base, 2), "keys_per_s": round(count / again)})
+                         f"time_vs_{peer}": round(again / base, 2), "keys_per_s": round(count / again),
+                         "client_cpu_s": ""})
             if "again_listing_rss_mb" in results[0]:
                 rows[-1]["listing_rss_mb"] = round(statistics.median(r["again_listing_rss_mb"] for r in results), 1)
     return rows
@@ -321,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10,000 keys everywhere, one round")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per contestant (default 3; 1 with --quick)")
-    parser.add_argument("--only", choices=["file", "mem", "s3"], action="append", help="run only these stores")
+    parser.add_argument("--only", choices=["file", "mem", "s3s", "moto"], action="append", help="run only these stores")
+    parser.add_argument("--s3-rounds", type=int, default=1,
+                        help="rounds on the S3 servers (default 1: both answer each page in time that grows with the bucket)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -330,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     big = [10_000] if args.quick else [100_000, 1_000_000]
     s3_count = 10_000 if args.quick else 100_000
-    only = set(args.only or ["file", "mem", "s3"])
+    only = set(args.only or ["file", "mem", "s3s", "moto"])
     sections: dict[str, list[dict[str, Any]]] = {}
     notes: dict[str, Any] = {"load_before": loadavg(), "rounds": rounds}
     if "file" in only:
@@ -347,8 +365,10 @@ def main(argv: list[str] | None = None) -> int:
             specs = [{"kind": "mem", "who": who, "count": count} for who in ("sorted(dict)", "portable")]
             sections[f"mem:// {count:,} keys"] = summary(rounds_of(specs, rounds), "sorted(dict)", count)
             print(table(f"mem:// {count:,}", sections[f"mem:// {count:,} keys"]), flush=True)
-    if "s3" in only:
-        sections.update(s3_sections(s3_count, rounds, notes))
+    if "s3s" in only:
+        sections.update(s3s_section(s3_count, args.s3_rounds, notes))
+    if "moto" in only:
+        sections.update(moto_section(s3_count, args.s3_rounds, notes))
     notes["load_after"] = loadavg()
     name = "list-quick" if args.quick else "list"
     RESULTS.mkdir(exist_ok=True)
@@ -367,9 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def s3_sections(count: int, rounds: int, notes: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+S3_CONTESTANTS = ("boto3 paginator", "portable[fsspec]", "portable[obstore]")
+
+
+def s3s_section(count: int, rounds: int, notes: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     sections: dict[str, list[dict[str, Any]]] = {}
-    contestants = ("boto3 paginator", "portable[fsspec]", "portable[obstore]")
+    contestants = S3_CONTESTANTS
     data = Path(tempfile.mkdtemp(prefix="portable-list-s3s-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     try:
         notes["s3s_fill"] = f"{make_files(data / 'bench', count):.1f} s to write {count} files into its folder"
@@ -384,6 +407,12 @@ def s3_sections(count: int, rounds: int, notes: dict[str, Any]) -> dict[str, lis
             proc.wait(10)
     finally:
         shutil.rmtree(data, ignore_errors=True)
+    return sections
+
+
+def moto_section(count: int, rounds: int, notes: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    sections: dict[str, list[dict[str, Any]]] = {}
+    contestants = S3_CONTESTANTS
     from tests.emulators import create
 
     moto = create("moto")
