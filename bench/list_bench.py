@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import fcntl
 import json
 import os
 import resource
@@ -374,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(exist_ok=True)
     part = "+".join(sorted(only))
     meta: dict[str, Any] = {"python": sys.version.split()[0]}
+    lock = open(Path(tempfile.gettempdir()) / f"portable-{name}-bench.lock", "w")  # noqa: SIM115 - closed below; partial runs may end together
+    fcntl.flock(lock, fcntl.LOCK_EX)
     if args.only and (RESULTS / f"{name}.json").exists():  # a partial run updates its own sections only
         earlier = json.loads((RESULTS / f"{name}.json").read_text())
         meta.update(earlier["meta"])
@@ -383,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     md = f"# {name}\n\n" + "\n".join(f"- {k}: {v}" for k, v in meta.items()) + "\n\n"
     md += "\n".join(table(t, rows) for t, rows in sections.items())
     (RESULTS / f"{name}.md").write_text(md)
+    lock.close()
     print(md)
     return 0
 
