@@ -351,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     s3_count = 10_000 if args.quick else 100_000
     only = set(args.only or ["file", "mem", "s3s", "moto"])
     sections: dict[str, list[dict[str, Any]]] = {}
-    notes: dict[str, Any] = {"load_before": loadavg(), "rounds": rounds}
+    notes: dict[str, Any] = {"load_before": loadavg()}
+    notes.update({"rounds": rounds} if only & {"file", "mem"} else {})
+    notes.update({"s3_rounds": args.s3_rounds} if only & {"s3s", "moto"} else {})
     if "file" in only:
         for count in big:
             folder, took = flat_tree(count)
