@@ -14,12 +14,18 @@ with the process. Content type, the ``cache_control``, ``content_encoding``
 and ``content_disposition`` headers and user metadata are kept as given and
 returned by ``head``.
 
+Listing: keys are kept in an ordered index, brought up to date when a
+listing needs it (keys written since are inserted, or sorted in at once when
+many). A page is a binary search and a slice; a folded prefix is stepped over
+with one more search, whatever it holds.
+
 Leftovers: none. A streamed write holds its bytes in the writer until commit,
 so a killed writer leaves nothing; ``abort_incomplete`` returns ``[]``.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import io
 import itertools
@@ -34,7 +40,6 @@ from ..driver.storage import (
     StorageDriver,
     WriteOptions,
     WriteStream,
-    page_of_sorted_keys,
 )
 from ..errors import AlreadyExists, NotFound, PreconditionFailed
 from ..urls import ParsedURL
@@ -55,12 +60,61 @@ class _StoredObject:
 
 
 class _ObjectStore:
+    """The objects, and their keys in order for listing.
+
+    ``sorted_keys`` is brought up to date when a listing needs it, under the
+    lock: keys added since are inserted (a few one by one, many in one sort
+    that merges two ordered runs), and keys deleted since stay in it until
+    they are half of it (a listing skips a key no longer in ``objects``).
+    """
+
     def __init__(self) -> None:
         self.objects: dict[str, _StoredObject] = {}
         self.lock = threading.Lock()
         self.counter = itertools.count(1)
+        self.sorted_keys: list[str] = []
+        self.added: set[str] = set()
+        self.deleted = 0
+
+    def put(self, key: str, obj: _StoredObject) -> None:
+        """Store ``obj`` under ``key``; the caller holds the lock."""
+        if key not in self.objects:
+            self.added.add(key)
+        self.objects[key] = obj
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; the caller holds the lock."""
+        if self.objects.pop(key, None) is not None:
+            if key in self.added:
+                self.added.discard(key)
+            else:
+                self.deleted += 1
+
+    def keys_from(self, lower: str, inclusive: bool, count: int) -> list[str]:
+        """Up to ``count`` keys from the first ``>= lower`` (``inclusive``) or ``> lower``, in order.
+
+        A key deleted since the index was brought up to date may be among them.
+        """
+        with self.lock:
+            keys = self.sorted_keys
+            if self.deleted > len(keys) // 2:
+                keys = self.sorted_keys = sorted(self.objects)
+                self.added.clear()
+                self.deleted = 0
+            elif self.added:
+                if len(self.added) <= _INSERT_ONE_BY_ONE:
+                    for key in self.added:
+                        bisect.insort(keys, key)
+                else:
+                    keys.extend(sorted(self.added))
+                    keys.sort()  # two ordered runs: one merge
+                self.added.clear()
+            at = (bisect.bisect_left if inclusive else bisect.bisect_right)(keys, lower)
+            return keys[at : at + count]
 
 
+#: keys added since the last listing that are inserted one by one (more are sorted in at once)
+_INSERT_ONE_BY_ONE = 64
 _NAMED_STORES: dict[str, _ObjectStore] = {}
 _NAMED_STORES_LOCK = threading.Lock()
 
@@ -116,15 +170,15 @@ class MemoryStorage(StorageDriver):
                 if current is None or current.etag != options.if_match:
                     raise PreconditionFailed(f"{key!r} does not have etag {options.if_match}", provider=self.scheme)
             etag = f'"m{next(store.counter)}"'
-            store.objects[key] = _StoredObject(
+            store.put(key, _StoredObject(
                 data, etag, dt.datetime.now(dt.UTC), options.content_type, dict(options.metadata),
                 options.cache_control, options.content_encoding, options.content_disposition,
-            )
+            ))
         return etag
 
     def delete(self, key: str) -> None:
         with self._store.lock:
-            self._store.objects.pop(key, None)
+            self._store.delete(key)
 
     def copy(self, src: str, dst: str) -> str:
         obj = self._store.objects.get(src)
@@ -145,16 +199,42 @@ class MemoryStorage(StorageDriver):
     def list_page(
         self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
     ) -> ListPage:
+        """One page from the ordered key index: a binary search to the page's start, then its keys;
+        a folded prefix is stepped over with one more search, whatever it holds."""
         objects = self._store.objects
-
-        def info(key: str) -> ObjectInfo | None:
-            obj = objects.get(key)
-            if obj is None:
-                return None
-            return ObjectInfo(key, len(obj.data), obj.etag, obj.modified, obj.content_type)
-
-        keys = sorted(k for k in list(objects) if k.startswith(prefix))
-        return page_of_sorted_keys(keys, info, prefix, delimiter, start_after, page_size, token)
+        after = max(filter(None, (start_after, token)), default="")
+        lower, inclusive = (prefix, True) if prefix > after else (after, False)
+        if token and delimiter and token.endswith(delimiter) and _past(token) > lower:
+            lower, inclusive = _past(token), True  # every key under the folded prefix was skipped
+        found: list[ObjectInfo] = []
+        prefixes: list[str] = []
+        last: str | None = None
+        step = page_size + 1
+        while True:
+            left = page_size - len(found) - len(prefixes) + 1  # one more than the page holds: is there more?
+            want = min(left, step)
+            step = 2 * step  # after a folded prefix the next batch starts small: it may be another one
+            batch = self._store.keys_from(lower, inclusive, want)
+            for key in batch:
+                if not key.startswith(prefix):
+                    return ListPage(found, prefixes, None)
+                lower, inclusive = key, False
+                obj = objects.get(key)
+                if obj is None:
+                    continue  # deleted since the index was brought up to date
+                if len(found) + len(prefixes) >= page_size:
+                    return ListPage(found, prefixes, last)
+                if delimiter and (cut := key.find(delimiter, len(prefix))) >= 0:
+                    last = key[: cut + 1]
+                    prefixes.append(last)
+                    lower, inclusive = _past(last), True
+                    step = 2
+                    break  # search again past the folded prefix
+                found.append(ObjectInfo(key, len(obj.data), obj.etag, obj.modified, obj.content_type))
+                last = key
+            else:
+                if len(batch) < want:
+                    return ListPage(found, prefixes, None)  # the index ran out
 
     def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
         """Nothing to remove: an uncommitted stream's bytes live only in its writer."""
@@ -162,6 +242,11 @@ class MemoryStorage(StorageDriver):
 
     def list_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
         return []
+
+
+def _past(folded: str) -> str:
+    """The least string above every key that starts with ``folded`` (which ends in the delimiter)."""
+    return folded[:-1] + chr(ord(folded[-1]) + 1)
 
 
 class _MemoryWrite(WriteStream):

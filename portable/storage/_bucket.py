@@ -305,22 +305,26 @@ class Bucket(BatchOperations, StreamOperations):
 
         Entries come in lexical order, page by page; common prefixes are
         ObjectInfo with ``is_prefix=True`` and a key ending in the delimiter.
-        Each page is fetched under the retry policy.
+        Each page is fetched under the retry policy. One page is held at a
+        time (the next is fetched once this one is consumed), so a listing
+        of any length costs the memory of one page here; what a page costs
+        the provider differs (see docs/storage.md).
         """
         token: str | None = None
         while True:
             page = self.list_page(
                 prefix, delimiter=delimiter, start_after=start_after, page_size=page_size, token=token
             )
-            if page.prefixes:
-                entries = [*page.objects, *(ObjectInfo(key=p, is_prefix=True) for p in page.prefixes)]
-                entries.sort(key=lambda e: e.key)
-                yield from entries
-            else:
-                yield from page.objects
-            if page.next_token is None:
-                return
             token = page.next_token
+            entries = page.objects
+            if page.prefixes:
+                entries = [*entries, *(ObjectInfo(key=p, is_prefix=True) for p in page.prefixes)]
+                entries.sort(key=lambda e: e.key)
+            del page
+            yield from entries
+            del entries  # not held while the next page is fetched
+            if token is None:
+                return
 
     # -- signed URLs and escape hatches --------------------------------
     def signed_url(
