@@ -36,7 +36,6 @@ from obstore import exceptions as oe
 from portable.driver import Classifier
 from portable.driver.http import HTTP_STATUS_CODES, code_of_status
 from portable.driver.storage import (
-    ListPage,
     ObjectInfo,
     StorageDriver,
     WriteOptions,
@@ -44,6 +43,8 @@ from portable.driver.storage import (
 )
 from portable.errors import ErrorCode, PortableError, Unsupported
 from portable.resilience import attempt_timeout, remaining
+
+from ._listing import ListingMixin
 
 __all__ = [
     "NO_RETRIES",
@@ -67,7 +68,6 @@ _WHOLE_REQUEST = dt.timedelta(hours=6)
 #: Bodies up to this size are read whole (``bytes()``); larger ones as one stream chunk.
 _INLINE_BODY = 64 * 1024
 #: the most keys one listing request returns (S3, GCS and Azure alike)
-_MOST_PER_REQUEST = 1000
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})")
 _HTTP_CODES = {
     **HTTP_STATUS_CODES,
@@ -417,7 +417,7 @@ class ObstoreClassifier(Classifier):
 
 
 # ---------------------------------------------------------------- the driver base
-class ObstoreStorage(ObstoreClassifier, StorageDriver):
+class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
     """A bucket (or container) on an obstore store, optionally under a prefix.
 
     Subclasses build ``store`` and set ``scheme``, ``endpoint`` and
@@ -597,108 +597,6 @@ class ObstoreStorage(ObstoreClassifier, StorageDriver):
         """Whether a streamed write with ``options`` is spooled and sent as one ``put`` (a condition)."""
         return options.if_none_match or options.if_match is not None
 
-    # -- listing --------------------------------------------------------
-    def list_page(
-        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
-    ) -> ListPage:
-        """One page from one listing request where it can: ``obstore.list`` from an offset.
-
-        A page of 1,000 (the most one request returns) that ends where its
-        request did holds 999 keys: the 1,000th is known to exist, so the
-        token is sure to lead somewhere, without a second request to find out.
-        """
-        after = max(filter(None, (start_after, token)), default=None)
-        if delimiter:
-            skip = token if token and token.endswith("/") else None
-            return self._delimited_page(prefix, after, page_size, skip)
-        return self._flat_page(prefix, after, page_size)
-
-    def _batches(self, full: str, offset: str | None, chunk: int) -> Iterator[tuple[list[Mapping[str, Any]], bool]]:
-        """Batches of the objects whose path starts with ``full`` and is past ``offset``, in order, each
-        with whether more may follow (the request's batch was full).
-
-        obstore lists by path segment (``a/b`` lists ``a/b/...``, never
-        ``a/bc``), so a prefix that ends mid-segment lists its parent folder
-        from just before the prefix and stops once keys pass it.
-        """
-        cut = full.rfind("/") + 1
-        folder = full[: cut - 1] if cut else ""
-        if full[cut:] and (offset is None or offset < full):
-            offset = _just_before(full)
-        for batch in obstore.list(self.store, folder or None, offset=offset, chunk_size=chunk):
-            metas: list[Mapping[str, Any]] = []
-            for meta in batch:
-                path = meta["path"]
-                if path.startswith(full):
-                    if offset is None or path > offset:
-                        metas.append(meta)
-                elif path > full:
-                    yield metas, False
-                    return
-            yield metas, len(batch) == chunk
-
-    def _object(self, meta: Mapping[str, Any]) -> ObjectInfo:
-        return ObjectInfo(
-            key=str(meta["path"])[self._cut :],
-            size=int(meta.get("size", 0)),
-            etag=self.list_etag(meta),
-            modified=meta.get("last_modified"),
-        )
-
-    def _flat_page(self, prefix: str, after: str | None, page_size: int) -> ListPage:
-        objects: list[ObjectInfo] = []
-        offset = self._root + after if after else None
-        for metas, more in self._batches(self._root + prefix, offset, min(page_size + 1, _MOST_PER_REQUEST)):
-            for meta in metas:
-                if len(objects) == page_size:
-                    return ListPage(objects, [], objects[-1].key)
-                objects.append(self._object(meta))
-            if more and len(objects) == page_size > 1:
-                objects.pop()  # the page ends with its request (see list_page)
-                return ListPage(objects, [], objects[-1].key)
-        return ListPage(objects, [], None)
-
-    def _delimited_page(self, prefix: str, after: str | None, page_size: int, skip: str | None) -> ListPage:
-        """One level under ``prefix``, folded here from the flat listing; a folded prefix whose keys
-        outlast the batch is stepped over with a new request from past it.
-
-        The token is the last key or folded prefix returned; a folded prefix
-        (ending in ``/``, which no key can) skips every key under it.
-        """
-        full = self._root + prefix
-        offset = self._root + after if after else None
-        if skip is not None:
-            offset = max(offset or "", self._root + skip + "\U0010ffff")  # past every key under it
-        objects: list[ObjectInfo] = []
-        prefixes: list[str] = []
-        folded: str | None = None  # the last folded prefix, with the root
-        chunk = min(page_size + 1, _MOST_PER_REQUEST)
-        while True:
-            for metas, more in self._batches(full, offset, chunk):
-                for meta in metas:
-                    path = str(meta["path"])
-                    if folded is not None and path.startswith(folded):
-                        continue
-                    if len(objects) + len(prefixes) == page_size:
-                        return ListPage(objects, prefixes, _last(objects, prefixes))
-                    cut = path.find("/", len(full))
-                    if cut >= 0:
-                        folded = path[: cut + 1]
-                        prefixes.append(folded[self._cut :])
-                    else:
-                        objects.append(self._object(meta))
-                if more and folded is not None and metas and str(metas[-1]["path"]).startswith(folded):
-                    offset = folded + "\U0010ffff"
-                    break  # the rest of this folded prefix is not worth reading: ask from past it
-                if more and len(objects) + len(prefixes) == page_size > 1:
-                    if prefixes and (not objects or prefixes[-1] > objects[-1].key):
-                        prefixes.pop()  # the page ends with its request (see list_page)
-                    else:
-                        objects.pop()
-                    return ListPage(objects, prefixes, _last(objects, prefixes))
-            else:
-                return ListPage(objects, prefixes, None)
-
     # -- batches: obstore's async API on the private loop ----------------
     def _batch(self, fn: Callable[[Any], Awaitable[T]], items: list[Any]) -> list[T | BaseException]:
         return run_on_loop(_bounded(fn, items, self.batch_concurrency), remaining())
@@ -796,22 +694,6 @@ def header_attributes(options: WriteOptions) -> dict[str, str]:
     if options.content_disposition is not None:
         attrs["Content-Disposition"] = options.content_disposition
     return attrs
-
-
-def _last(objects: list[ObjectInfo], prefixes: list[str]) -> str:
-    """The greater of the last object's key and the last prefix: where the next page starts."""
-    return max(objects[-1].key if objects else "", prefixes[-1] if prefixes else "")
-
-
-def _just_before(text: str) -> str:
-    """A string that sorts just before ``text`` and before every string that starts with it.
-
-    ``text`` is a portable key prefix (no control characters), so lowering its
-    last character by one and appending the highest code point gives a bound
-    that no key starting with ``text`` can be below.
-    """
-    last = text[-1]
-    return text[:-1] + chr(ord(last) - 1) + "\U0010ffff"
 
 
 def timedelta_seconds(expires: dt.timedelta) -> int:
