@@ -64,8 +64,9 @@ class _ObjectStore:
 
     ``sorted_keys`` is brought up to date when a listing needs it, under the
     lock: keys added since are inserted (a few one by one, many in one sort
-    that merges two ordered runs), and keys deleted since stay in it until
-    they are half of it (a listing skips a key no longer in ``objects``).
+    that merges two ordered runs), and keys deleted since stay in it
+    (``stale``) until they are half of it (a listing skips a key no longer in
+    ``objects``); a stale key stored again is in the index already.
     """
 
     def __init__(self) -> None:
@@ -74,11 +75,13 @@ class _ObjectStore:
         self.counter = itertools.count(1)
         self.sorted_keys: list[str] = []
         self.added: set[str] = set()
-        self.deleted = 0
+        self.stale: set[str] = set()
 
     def put(self, key: str, obj: _StoredObject) -> None:
         """Store ``obj`` under ``key``; the caller holds the lock."""
-        if key not in self.objects:
+        if key in self.stale:
+            self.stale.discard(key)  # still in sorted_keys
+        elif key not in self.objects:
             self.added.add(key)
         self.objects[key] = obj
 
@@ -88,7 +91,7 @@ class _ObjectStore:
             if key in self.added:
                 self.added.discard(key)
             else:
-                self.deleted += 1
+                self.stale.add(key)
 
     def keys_from(self, lower: str, inclusive: bool, count: int) -> list[str]:
         """Up to ``count`` keys from the first ``>= lower`` (``inclusive``) or ``> lower``, in order.
@@ -97,10 +100,10 @@ class _ObjectStore:
         """
         with self.lock:
             keys = self.sorted_keys
-            if self.deleted > len(keys) // 2:
+            if len(self.stale) > len(keys) // 2:
                 keys = self.sorted_keys = sorted(self.objects)
                 self.added.clear()
-                self.deleted = 0
+                self.stale.clear()
             elif self.added:
                 if len(self.added) <= _INSERT_ONE_BY_ONE:
                     for key in self.added:
