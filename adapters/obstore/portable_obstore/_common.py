@@ -67,7 +67,6 @@ NO_RETRIES: dict[str, Any] = {"max_retries": 0}
 _WHOLE_REQUEST = dt.timedelta(hours=6)
 #: Bodies up to this size are read whole (``bytes()``); larger ones as one stream chunk.
 _INLINE_BODY = 64 * 1024
-#: the most keys one listing request returns (S3, GCS and Azure alike)
 _STATUS = re.compile(r"status(?: code)?:? (\d{3})")
 _HTTP_CODES = {
     **HTTP_STATUS_CODES,
