@@ -64,7 +64,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .._sqlite_wal import enable_wal
+from .._sqlite_tools import enable_wal, immediate
 from ..driver import ErrorCode
 from ..driver.messaging import (
     DEAD_LETTER_ATTRIBUTES,
@@ -229,15 +229,8 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._conn()) as conn:
             yield conn
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
     def _notify(self) -> None:
         with self._wake:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._sqlite_wal import enable_wal
+from .._sqlite_tools import enable_wal, immediate
 from ..driver.idempotency import (
     COMPLETED,
     DEFAULT_MAX_RESULT_BYTES,
@@ -199,15 +199,8 @@ class SqliteStore:
     @contextlib.contextmanager
     def _immediate(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: committed on return, rolled back on any exception."""
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(self._conn()) as conn:
             yield conn
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
     def claim(self, key: str, fingerprint: str, *, lease: float, ttl: float) -> Claim:
         check_claim_args(key, fingerprint, lease, ttl)

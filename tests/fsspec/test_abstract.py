@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-abstract = pytest.importorskip("fsspec.tests.abstract")
+abstract = pytest.importorskip("fsspec.tests.abstract", reason="a dev dependency (pip install -e '.[dev]')")
 
 from portable.fsspec import BucketFileSystem  # noqa: E402
 from portable.storage import open_bucket  # noqa: E402

@@ -293,8 +293,8 @@ def test_cat_of_many_files(bfs: BucketFileSystem) -> None:
 
 
 def test_a_parquet_footer_costs_one_ranged_get() -> None:
-    pq = pytest.importorskip("pyarrow.parquet")
-    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet", reason="a dev dependency (pip install -e '.[dev]')")
+    pa = pytest.importorskip("pyarrow", reason="a dev dependency (pip install -e '.[dev]')")
     bucket = counting("parquet")
     fs = bucket.fs()
     table = pa.table({"i": list(range(200_000)), "s": [str(i) for i in range(200_000)]})
@@ -318,8 +318,8 @@ def test_a_parquet_footer_costs_one_ranged_get() -> None:
 def test_a_dataset_read_after_its_listing_sends_no_head() -> None:
     """pyarrow asks ``isfile`` and opens every file that dataset discovery just listed: with the
     listing kept, that costs no head (s3fs's behaviour), only the ranged gets of the data."""
-    pq = pytest.importorskip("pyarrow.parquet")
-    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet", reason="a dev dependency (pip install -e '.[dev]')")
+    pa = pytest.importorskip("pyarrow", reason="a dev dependency (pip install -e '.[dev]')")
     bucket = counting("dataset")
     fs = bucket.fs()
     tables = {f"ds/p={i}/part.parquet": pa.table({"i": list(range(i * 10, i * 10 + 10))}) for i in range(5)}
@@ -473,8 +473,8 @@ def _page_blocks() -> list[Any]:
 
 @pytest.mark.parametrize("block", _page_blocks(), ids=lambda b: f"line{b.line}")
 def test_the_docs_page_examples_run(block: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("pandas")
-    pytest.importorskip("polars")
+    pytest.importorskip("pandas", reason="a dev dependency (pip install -e '.[dev]')")
+    pytest.importorskip("polars", reason="a dev dependency (pip install -e '.[dev]')")
     from tests.docs_pages import DOCS, enter_workdir, run_block
 
     enter_workdir(DOCS / "fsspec.md", tmp_path, monkeypatch)

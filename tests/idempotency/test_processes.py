@@ -126,7 +126,7 @@ def test_openers_switching_one_new_sqlite_database_to_wal_together_all_succeed(t
     import sqlite3
     import threading
 
-    from portable._sqlite_wal import enable_wal
+    from portable._sqlite_tools import enable_wal
 
     for attempt in range(40):
         path = tmp_path / f"db{attempt}.sqlite"

@@ -214,8 +214,9 @@ def test_max_deliveries_none_runs_where_deliveries_are_not_counted() -> None:
     sub = _uncounted(open_quick(url))
     handled: list[bytes] = []
     finish = run_in_thread(sub, lambda m: handled.append(m.body), max_deliveries=None, poll=0.2)
-    wait_for(lambda: handled == [b"p"], 5, "the message")
+    wait_for(lambda: handled == [b"p"], 5, "the message")  # raises if the handler never ran
     finish()
+    assert handled == [b"p"], "handled once, not refused for lack of a delivery count"
 
 
 def test_with_a_store_run_counts_starts_itself_where_the_provider_does_not() -> None:

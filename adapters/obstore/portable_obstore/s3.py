@@ -122,6 +122,7 @@ from ._common import (
     NO_RETRIES,
     ObstoreStorage,
     client_options,
+    header_attributes,
     header_like_names,
     run_on_loop,
 )
@@ -334,15 +335,7 @@ class _SignedS3:
     # -- the requests ------------------------------------------------------
     def put_object(self, full_key: str, data: bytes, options: WriteOptions) -> str | None:
         """PutObject with every metadata entry as ``x-amz-meta-<name>``, headers from the named options."""
-        headers: dict[str, str] = {}
-        if options.content_type is not None:
-            headers["Content-Type"] = options.content_type
-        if options.cache_control is not None:
-            headers["Cache-Control"] = options.cache_control
-        if options.content_encoding is not None:
-            headers["Content-Encoding"] = options.content_encoding
-        if options.content_disposition is not None:
-            headers["Content-Disposition"] = options.content_disposition
+        headers = header_attributes(options)
         for name, value in options.metadata.items():
             headers[f"x-amz-meta-{name}"] = value
         if options.if_none_match:

@@ -1,9 +1,25 @@
-"""Switch a SQLite database to WAL safely when several processes open it at once."""
+"""What both sqlite stores (the idempotency store and the queue) do alike: switch a database to
+WAL safely when several processes open it at once, and run one ``BEGIN IMMEDIATE`` transaction."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One ``BEGIN IMMEDIATE`` transaction on ``conn``: committed on return, rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
