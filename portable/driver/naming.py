@@ -201,7 +201,7 @@ OBSTORE_HEADER_FIELDS: Mapping[str, str] = {
     "Content-Disposition": "content_disposition",
 }
 #: Headers obstore may report that no ObjectInfo field holds: dropped, never taken as metadata.
-_OBSTORE_OTHER_HEADERS = frozenset({"Content-Language"})
+_OBSTORE_OTHER_HEADERS = frozenset({"Content-Language", "Storage-Class"})
 
 
 def obstore_write_attributes(

@@ -35,6 +35,7 @@ from obstore import exceptions as oe
 
 from portable.driver import Classifier
 from portable.driver.http import HTTP_STATUS_CODES, code_of_status
+from portable.driver.naming import split_obstore_attributes
 from portable.driver.storage import (
     ObjectInfo,
     StorageDriver,
@@ -493,25 +494,19 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
 
     def _info(self, key: str, meta: Mapping[str, Any], attributes: Mapping[str, str] | None) -> ObjectInfo:
         # obstore names a header attribute exactly "Content-Type", "Cache-Control", ...; a user
-        # metadata entry comes back under its stored name (lower case over HTTP), so one named
-        # "cache-control" is metadata here, never the header.
-        headers: dict[str, str] = {}
-        metadata: dict[str, str] = {}
-        for name, value in (attributes or {}).items():
-            if name in _HEADER_ATTRIBUTES:
-                headers[name] = value
-            else:
-                metadata[self.metadata_name(name)] = value
+        # metadata entry comes back under its stored name, so one named "cache-control" is
+        # metadata here, never the header
+        headers, metadata = split_obstore_attributes(attributes, self.metadata_name)
         return ObjectInfo(
             key=key,
             size=int(meta.get("size", 0)),
             etag=self.etag_of(meta),
             modified=meta.get("last_modified"),
-            content_type=headers.get("Content-Type"),
+            content_type=headers.get("content_type"),
             metadata=metadata,
-            cache_control=headers.get("Cache-Control"),
-            content_encoding=headers.get("Content-Encoding"),
-            content_disposition=headers.get("Content-Disposition"),
+            cache_control=headers.get("cache_control"),
+            content_encoding=headers.get("content_encoding"),
+            content_disposition=headers.get("content_disposition"),
         )
 
     def metadata_name(self, stored: str) -> str:
@@ -652,9 +647,6 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
 
 
 #: The names obstore gives the header attributes it reports (``attribute_to_string`` in obstore).
-_HEADER_ATTRIBUTES = frozenset(
-    {"Content-Disposition", "Content-Encoding", "Content-Language", "Content-Type", "Cache-Control", "Storage-Class"}
-)
 #: The attribute names obstore's parser (``PyAttribute`` in obstore) reads as a header, lower-cased
 #: (it matches ``to_ascii_lowercase()``), each with the write option that sets that header.
 _HEADER_OPTIONS = (

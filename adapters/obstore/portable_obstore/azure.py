@@ -93,10 +93,9 @@ from portable.driver.naming import (
     encode_azure_metadata_name,
     obstore_write_attributes,
     parse_azure_blob_url,
-    split_obstore_attributes,
 )
 from portable.driver.redaction import redact
-from portable.driver.storage import ObjectInfo, WriteOptions
+from portable.driver.storage import WriteOptions
 from portable.errors import Unsupported
 from portable.urls import ParsedURL
 
@@ -181,20 +180,6 @@ class ObstoreAzureStorage(ObstoreStorage):
 
     def metadata_name(self, stored: str) -> str:
         return decode_metadata_name(stored)
-
-    def _info(self, key: str, meta: Mapping[str, Any], attributes: Mapping[str, str] | None) -> ObjectInfo:
-        headers, metadata = split_obstore_attributes(attributes, decode_metadata_name)
-        return ObjectInfo(
-            key=key,
-            size=int(meta.get("size", 0)),
-            etag=self.etag_of(meta),
-            modified=meta.get("last_modified"),
-            content_type=headers.get("content_type"),
-            metadata=metadata,
-            cache_control=headers.get("cache_control"),
-            content_encoding=headers.get("content_encoding"),
-            content_disposition=headers.get("content_disposition"),
-        )
 
     def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
         """Refuse: object_store cannot list uncommitted blobs.

@@ -91,9 +91,8 @@ from portable.driver.naming import (
     gcs_endpoint,
     obstore_write_attributes,
     parse_gcs_url,
-    split_obstore_attributes,
 )
-from portable.driver.storage import ObjectInfo, WriteOptions
+from portable.driver.storage import WriteOptions
 from portable.errors import InvalidArgument, InvalidURL, Unsupported
 from portable.urls import ParsedURL
 
@@ -194,21 +193,6 @@ class ObstoreGCSStorage(ObstoreStorage):
                 "stores them as metadata"
             )
         return obstore_write_attributes(options)
-
-    def _info(self, key: str, meta: Mapping[str, Any], attributes: Mapping[str, str] | None) -> ObjectInfo:
-        # metadata names arrive as HTTP headers (x-goog-meta-*), which fold case: they read lower case
-        headers, metadata = split_obstore_attributes(attributes, str.lower)
-        return ObjectInfo(
-            key=key,
-            size=int(meta.get("size", 0)),
-            etag=self.etag_of(meta),
-            modified=meta.get("last_modified"),
-            content_type=headers.get("content_type"),
-            metadata=metadata,
-            cache_control=headers.get("cache_control"),
-            content_encoding=headers.get("content_encoding"),
-            content_disposition=headers.get("content_disposition"),
-        )
 
     def put_mode(self, options: WriteOptions) -> Any:
         generation = generation_precondition(options)
