@@ -108,11 +108,14 @@ import time
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..cloudevents import CloudEvent, from_message
 from ..errors import Unsupported
 from . import Capabilities, Classifier
+
+if TYPE_CHECKING:
+    from .aio_messaging import AsyncSubscriptionDriver, AsyncTopicDriver
 
 __all__ = [
     "ACKED",
@@ -625,6 +628,12 @@ class TopicDriver(abc.ABC):
                 out.append(exc)
         return out
 
+    def async_driver(self) -> AsyncTopicDriver:
+        """This side's async face for :mod:`portable.aio`: the bounded-pool adapter unless overridden."""
+        from .aio_messaging import AsyncTopicDriver
+
+        return AsyncTopicDriver(self)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what this side holds (the MessagingDriver closes the client)."""
 
@@ -710,6 +719,12 @@ class SubscriptionDriver(abc.ABC):
     def stats(self) -> QueueStats:
         """Approximate counts (SQS ApproximateNumberOfMessages*, Azure approximate_message_count)."""
         return QueueStats()
+
+    def async_driver(self) -> AsyncSubscriptionDriver:
+        """This side's async face for :mod:`portable.aio`: the bounded-pool adapter unless overridden."""
+        from .aio_messaging import AsyncSubscriptionDriver
+
+        return AsyncSubscriptionDriver(self)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what this side holds (the MessagingDriver closes the client)."""

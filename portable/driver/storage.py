@@ -30,10 +30,13 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Literal, TypeVar
+from typing import IO, TYPE_CHECKING, Literal, TypeVar
 
 from ..errors import InvalidKey, Unsupported
 from . import Capabilities, Classifier
+
+if TYPE_CHECKING:
+    from .aio_storage import AsyncStorageDriver
 
 __all__ = [
     "BAD_KEY_CHARS",
@@ -359,6 +362,17 @@ class StorageDriver(Classifier, abc.ABC):
         overrides this too.
         """
         raise Unsupported(f"{self.scheme}:// cannot list incomplete writes", provider=self.scheme)
+
+    def async_driver(self) -> AsyncStorageDriver:
+        """This driver's async face, for :mod:`portable.aio`.
+
+        The default adapts every method through the bounded thread pool
+        (:class:`~portable.driver.aio_storage.AsyncStorageDriver`); a driver
+        whose library is natively async returns its own subclass of it.
+        """
+        from .aio_storage import AsyncStorageDriver
+
+        return AsyncStorageDriver(self)
 
     def close(self) -> None:
         """Release connections and threads."""

@@ -1,0 +1,207 @@
+"""The async storage driver: what :class:`portable.aio.AsyncBucket` awaits.
+
+One class serves both kinds of engine. :class:`AsyncStorageDriver` wraps a
+sync :class:`~portable.driver.storage.StorageDriver` and, by default, runs
+each sync method in the bounded pool of :mod:`portable.driver.threads` (the
+one place sync becomes async). An engine whose library is natively async
+(obstore, aiobotocore, gcsfs, the Azure ``aio`` clients) subclasses it and
+overrides the methods it can serve on the event loop; whatever it leaves
+alone stays thread-adapted, so a partial native driver is still complete.
+
+A sync driver names its async twin with ``StorageDriver.async_driver()``;
+the default returns ``AsyncStorageDriver(self)``.
+
+Error contract: the same as the sync driver's. Methods raise the native
+library's errors; the portable layer classifies them through the *sync*
+driver (``code_of``, ``is_retryable``, ``retry_after``), which a native async
+driver must therefore teach about the errors its async client raises.
+Capabilities, scheme, endpoint and known differences are the sync driver's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import IO, Any, Literal, TypeVar
+
+from .storage import (
+    ListPage,
+    ObjectInfo,
+    StorageCapabilities,
+    StorageDriver,
+    WriteOptions,
+    WriteStream,
+)
+from .threads import run_blocking
+
+__all__ = ["AsyncReadStream", "AsyncStorageDriver", "AsyncWriteStream"]
+
+T = TypeVar("T")
+
+
+class AsyncReadStream:
+    """An async binary reader over a sync one (the default); native drivers subclass it.
+
+    ``read(n)`` returns up to ``n`` bytes (all that is left with ``-1``),
+    ``b""`` at the end. ``seek``/``tell`` exist where the sync stream is
+    seekable (``seekable()`` says).
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+
+    async def read(self, n: int = -1) -> bytes:
+        return await run_blocking(self._raw.read, n)
+
+    def seekable(self) -> bool:
+        return self._raw.seekable()
+
+    async def seek(self, offset: int, whence: int = 0) -> int:
+        return await run_blocking(self._raw.seek, offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    async def close(self) -> None:
+        await run_blocking(self._raw.close)
+
+
+class AsyncWriteStream:
+    """An async streamed write over a sync :class:`WriteStream` (the default).
+
+    Same contract as WriteStream: nothing visible before :meth:`commit`, a
+    failed :meth:`write` appends nothing, :meth:`abort` leaves no object and
+    no orphaned parts.
+    """
+
+    def __init__(self, raw: WriteStream) -> None:
+        self._raw = raw
+
+    async def write(self, data: bytes) -> None:
+        await run_blocking(self._raw.write, data)
+
+    async def commit(self) -> str | None:
+        return await run_blocking(self._raw.commit)
+
+    async def abort(self) -> None:
+        await run_blocking(self._raw.abort)
+
+
+class AsyncStorageDriver:
+    """Async face of one storage driver. The default runs the sync driver in the bounded pool.
+
+    Attributes:
+        sync: the sync driver (classification, capabilities, and every method
+            not overridden here).
+    """
+
+    #: whether this class serves requests on the event loop (True in native subclasses)
+    native: bool = False
+
+    def __init__(self, sync: StorageDriver) -> None:
+        self.sync = sync
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.sync!r})"
+
+    # -- what the sync driver says --------------------------------------
+    @property
+    def scheme(self) -> str:
+        return self.sync.scheme
+
+    @property
+    def endpoint(self) -> str:
+        return self.sync.endpoint
+
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        return self.sync.capabilities
+
+    @property
+    def batch_concurrency(self) -> int:
+        return self.sync.batch_concurrency
+
+    # -- whole objects ----------------------------------------------------
+    async def get(self, key: str) -> bytes:
+        return await run_blocking(self.sync.get, key)
+
+    async def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        return await run_blocking(self.sync.get_range, key, start, end)
+
+    async def head(self, key: str) -> ObjectInfo:
+        return await run_blocking(self.sync.head, key)
+
+    async def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        return await run_blocking(self.sync.put, key, data, options)
+
+    async def delete(self, key: str) -> None:
+        await run_blocking(self.sync.delete, key)
+
+    async def copy(self, src: str, dst: str) -> str | None:
+        return await run_blocking(self.sync.copy, src, dst)
+
+    # -- streams ------------------------------------------------------------
+    async def open_read(self, key: str) -> AsyncReadStream:
+        return AsyncReadStream(await run_blocking(self.sync.open_read, key))
+
+    async def open_write(self, key: str, options: WriteOptions, part_size: int) -> AsyncWriteStream:
+        return AsyncWriteStream(await run_blocking(self.sync.open_write, key, options, part_size))
+
+    # -- listing ------------------------------------------------------------
+    async def list_page(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> ListPage:
+        return await run_blocking(self.sync.list_page, prefix, delimiter, start_after, page_size, token)
+
+    # -- optional -----------------------------------------------------------
+    async def signed_url(
+        self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
+    ) -> str:
+        return await run_blocking(self.sync.signed_url, key, method, expires, content_type)
+
+    def get_many(self, keys: list[str]) -> AsyncIterator[tuple[str, bytes | BaseException]]:
+        """Fetch many objects; yield each key with its bytes or its error, as each finishes.
+
+        The default runs the sync driver's batch path in the pool, a result at a
+        time. Native drivers override it with tasks under a semaphore of
+        ``batch_concurrency``.
+        """
+        return _threaded_iter(self.sync.get_many, keys)
+
+    def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> AsyncIterator[tuple[str, str | BaseException | None]]:
+        return _threaded_iter(self.sync.put_many, items, options)
+
+    def delete_many(self, keys: list[str]) -> AsyncIterator[tuple[str, BaseException | None]]:
+        return _threaded_iter(self.sync.delete_many, keys)
+
+    def copy_many(self, pairs: list[tuple[str, str]]) -> AsyncIterator[tuple[str, str | BaseException | None]]:
+        return _threaded_iter(self.sync.copy_many, pairs)
+
+    async def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        return await run_blocking(self.sync.abort_incomplete, prefix, older_than)
+
+    async def list_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        return await run_blocking(self.sync.list_incomplete, prefix, older_than)
+
+    async def aclose(self) -> None:
+        """Release the async side's own connections (native drivers); the sync driver is closed by its owner."""
+
+
+_END = object()
+
+
+async def _threaded_iter(fn: Callable[..., Iterator[T]], *args: Any) -> AsyncIterator[T]:
+    """Iterate the sync iterator ``fn(*args)`` from the pool, one ``next`` per await."""
+    it = await run_blocking(lambda: iter(fn(*args)))
+    try:
+        while True:
+            item = await run_blocking(next, it, _END)
+            if item is _END:
+                return
+            yield item
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            await run_blocking(close)

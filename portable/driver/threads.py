@@ -1,0 +1,90 @@
+"""The one place a blocking call becomes awaitable: a bounded, process-wide thread pool.
+
+Every async driver method that a driver does not implement natively runs its
+sync twin through :func:`run_blocking`. The pool is bounded
+(``PORTABLE_AIO_THREADS``, default 32), so 10,000 concurrent awaits queue
+10,000 small work items, not 10,000 threads. Each call runs in a copy of the
+caller's :mod:`contextvars` context, so the attempt timeout and deadline the
+portable layer set (``portable.resilience``) reach the sync driver as they
+would on the sync face.
+
+Cancellation: cancelling the awaiting task stops the wait at once, but a call
+already running in a thread runs to its end (a thread cannot be interrupted);
+its result is dropped. A call still queued when cancelled never starts.
+Callers that must know the outcome of a write after a cancellation (streamed
+writes, settlements) shield the call and decide themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..errors import ConfigError
+
+__all__ = ["pool_size", "run_blocking", "shutdown_pool"]
+
+R = TypeVar("R")
+
+_DEFAULT_THREADS = 32
+_lock = threading.Lock()
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def pool_size() -> int:
+    """How many threads the pool may start: ``PORTABLE_AIO_THREADS`` (an int from 1 to 1024), else 32.
+
+    Raises:
+        ConfigError: ``PORTABLE_AIO_THREADS`` is set to something else (a setting
+            that does not parse is an error, never a silent default).
+    """
+    raw = os.environ.get("PORTABLE_AIO_THREADS")
+    if raw is None or not raw.strip():
+        return _DEFAULT_THREADS
+    try:
+        size = int(raw)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= 1024:
+        raise ConfigError(f"PORTABLE_AIO_THREADS must be an int from 1 to 1024, got {raw!r}")
+    return size
+
+
+def _the_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    pool = _pool
+    if pool is None:
+        with _lock:
+            pool = _pool
+            if pool is None:
+                pool = _pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=pool_size(), thread_name_prefix="portable-aio"
+                )
+    return pool
+
+
+async def run_blocking(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+    """Run ``fn(*args, **kwargs)`` in the bounded pool and await its result.
+
+    The call sees the caller's context variables (a copy). Exceptions are
+    raised as ``fn`` raised them, unwrapped.
+    """
+    loop = asyncio.get_running_loop()
+    ctx = contextvars.copy_context()
+    call = functools.partial(ctx.run, fn, *args, **kwargs) if kwargs or args else functools.partial(ctx.run, fn)
+    return await loop.run_in_executor(_the_pool(), call)
+
+
+def shutdown_pool(wait: bool = True) -> None:
+    """Stop the pool's threads (tests; a later :func:`run_blocking` starts a new pool)."""
+    global _pool
+    with _lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=wait)
