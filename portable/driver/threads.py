@@ -23,12 +23,12 @@ import contextvars
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..errors import ConfigError
 
-__all__ = ["pool_size", "run_blocking", "shutdown_pool"]
+__all__ = ["pool_size", "run_blocking", "run_on_loop", "shutdown_pool"]
 
 R = TypeVar("R")
 
@@ -79,6 +79,47 @@ async def run_blocking(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, fn, *args, **kwargs) if kwargs or args else functools.partial(ctx.run, fn)
     return await loop.run_in_executor(_the_pool(), call)
+
+
+async def run_on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Coroutine[Any, Any, R]], /, *args: Any) -> R:
+    """Await coroutine function ``fn(*args)`` on another running event loop (a driver's own).
+
+    For engines whose async client is bound to a loop of their own (fsspec's
+    s3fs/gcsfs/adlfs loop thread): the request runs natively async there, with
+    no thread per call, and the caller awaits it. Cancelling the caller
+    cancels the task on ``loop``. On the caller's own loop it simply awaits.
+    The caller's context variables are copied into the task.
+    """
+    if asyncio.get_running_loop() is loop:
+        return await fn(*args)
+    ctx = contextvars.copy_context()
+    done: concurrent.futures.Future[R] = concurrent.futures.Future()  # stays PENDING, so cancel() works
+
+    def start() -> None:
+        if done.cancelled():
+            return
+        task = loop.create_task(fn(*args), context=ctx)
+
+        def finish(t: asyncio.Task[R]) -> None:
+            try:
+                if t.cancelled():
+                    done.cancel()
+                elif (exc := t.exception()) is not None:
+                    done.set_exception(exc)
+                else:
+                    done.set_result(t.result())
+            except concurrent.futures.InvalidStateError:
+                pass  # the caller cancelled meanwhile: nobody waits for this outcome
+
+        def cancel_task(f: concurrent.futures.Future[R]) -> None:
+            if f.cancelled():
+                loop.call_soon_threadsafe(task.cancel)
+
+        task.add_done_callback(finish)
+        done.add_done_callback(cancel_task)
+
+    loop.call_soon_threadsafe(start)
+    return await asyncio.wrap_future(done)
 
 
 def shutdown_pool(wait: bool = True) -> None:
