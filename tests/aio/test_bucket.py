@@ -308,3 +308,26 @@ def test_leaving_iter_many_early_cancels_the_fetches_in_flight() -> None:
             assert [k async for k, _ in bucket.iter_many(["i/000", "i/none"], missing_ok=True)] == ["i/000"]
 
     asyncio.run(main())
+
+
+def test_a_deadline_set_around_awaits_holds_for_them() -> None:
+    from portable.errors import DeadlineExceeded
+    from portable.resilience import deadline
+
+    driver = CountingMemory()
+    bucket = AsyncBucket.from_sync(Bucket(driver, url="mem://deadline"))
+
+    async def main() -> None:
+        await bucket.put("k", b"v")
+        with deadline(0.05):
+            assert await bucket.get("k") == b"v"
+            await asyncio.sleep(0.08)
+            driver.calls.clear()
+            with pytest.raises(DeadlineExceeded, match="before the call was made"):
+                await bucket.get("k")
+            with pytest.raises(DeadlineExceeded):
+                async with bucket.open("w", "wb"):
+                    pass
+        assert driver.calls == [], "a call made after the deadline reached the driver"
+
+    asyncio.run(main())
