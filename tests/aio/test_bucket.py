@@ -331,3 +331,30 @@ def test_a_deadline_set_around_awaits_holds_for_them() -> None:
         assert driver.calls == [], "a call made after the deadline reached the driver"
 
     asyncio.run(main())
+
+
+class NonBlockingMemory(MemoryStorage):
+    """The in-memory driver declaring what is true of it: its calls never block."""
+
+    never_blocks = True
+
+
+def test_a_driver_that_never_blocks_is_served_inline_with_no_thread() -> None:
+    from portable.driver.threads import shutdown_pool
+
+    shutdown_pool()  # a later pooled call starts a new pool; none must start here
+    bucket = AsyncBucket.from_sync(Bucket(NonBlockingMemory(), url="mem://inline"))
+    main_thread = threading.get_ident()
+
+    async def main() -> None:
+        await bucket.put_many({f"k{i}": b"v" for i in range(50)})
+        assert await asyncio.gather(*(bucket.get(f"k{i}") for i in range(50))) == [b"v"] * 50
+        async with bucket.open("s", "wb") as writer:
+            await writer.write(b"streamed")
+        async with bucket.open("s") as reader:
+            assert await reader.read() == b"streamed"
+        assert [e.key async for e in bucket.list(page_size=7)][:2] == ["k0", "k1"]
+        assert threading.get_ident() == main_thread
+
+    asyncio.run(main())
+    assert not [t for t in threading.enumerate() if t.name.startswith("portable-aio")], "a pool thread started"
