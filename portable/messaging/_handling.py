@@ -233,6 +233,9 @@ class MessageScript:
             log.warning("idempotency claim for message %s failed: %s", message.id, exc)
             yield from self.retry_later(message)
             return
+        except BaseException:  # cancelled while claiming: the message goes back (the executor releases a late claim)
+            yield (GIVE_BACK, message)
+            raise
         if claim.status == "completed":
             if (yield from self.ack(message)):
                 self.count("skipped")
