@@ -507,7 +507,7 @@ class PodRunner:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=env, cwd=cwd, start_new_session=True)
-        except OSError as exc:
+        except (OSError, ValueError, IndexError) as exc:  # no such program, or no command at all
             out.write(f"portable PodRunner: cannot start {argv[:1]}: {exc}\n".encode())
             out.close()
             proc = subprocess.Popen(["/bin/sh", "-c", "exit 128"], stdout=subprocess.DEVNULL)
