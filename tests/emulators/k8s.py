@@ -383,6 +383,11 @@ class Supervisor:
         }}
         api.ok("PATCH", f"/api/v1/nodes/{LOCAL_NODE}/status", status,
                content_type="application/merge-patch+json")
+        # The TaintNodesByCondition admission plugin gives a new Node the not-ready taint, and only
+        # the node lifecycle controller (not run here) would take it away again.
+        for node in (KWOK_NODE, LOCAL_NODE):
+            api.ok("PATCH", f"/api/v1/nodes/{node}", {"spec": {"taints": None}},
+                   content_type="application/merge-patch+json")
 
     def stop(self) -> None:
         self.stopping.set()

@@ -392,6 +392,7 @@ class K8sLauncher(ComputeDriver):
 
     def _log_lines(self, job_id: str, follow: bool) -> Iterator[str]:
         done: set[str] = set()
+        given: dict[str, int] = {}  # lines of each pod already yielded (a re-read starts over)
         while True:
             job = self._job(job_id)
             pods = sorted(self._pods(job_id), key=_pod_order)
@@ -407,8 +408,11 @@ class K8sLauncher(ComputeDriver):
                     break  # not started yet: look again below
                 terminal = phase in ("Succeeded", "Failed")
                 with contextlib.suppress(ApiError):  # a pod deleted meanwhile has no log to give
-                    for line in self.client.log(pod["metadata"]["name"], follow=follow and not terminal, newlines=False):
-                        yield line.rstrip("\r")
+                    lines = self.client.log(pod["metadata"]["name"], follow=follow and not terminal, newlines=False)
+                    for index, line in enumerate(lines):
+                        if index >= given.get(uid, 0):
+                            given[uid] = index + 1
+                            yield line.rstrip("\r")
                 if terminal or not follow or self._pod_gone_or_done(pod):
                     done.add(uid)
             if not follow or (status_of(job, pods).done and all(p["metadata"]["uid"] in done for p in pods)):

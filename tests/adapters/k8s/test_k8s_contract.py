@@ -27,8 +27,18 @@ KWOK_RACE = (
 )
 
 
+EVICTED_LOG_GONE = (
+    "preempt evicts the pod, and Kubernetes deletes an evicted pod with its log (the apiserver "
+    "serves logs of existing pods only), so the first attempt's 'resume 1' line cannot be read; "
+    "test_k8s_jobs.py::test_a_preempted_pod_resumes_from_its_checkpoint_on_a_bucket proves the resume "
+    "from the checkpoint itself"
+)
+
+
 class TestK8sLocalContract(ComputeContract):
     """Pods run for real (as processes of this machine) on the node ``local-0``."""
+
+    xfail = {"test_preempted_job_resumes_from_its_checkpoint": EVICTED_LOG_GONE}
 
     @pytest.fixture
     def launcher_url(self, local_url: str) -> str:

@@ -3,10 +3,12 @@ idempotent submit from racing processes, and preemption through a DisruptionTarg
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -213,10 +215,23 @@ def test_two_processes_submitting_one_key_make_exactly_one_job(
     assert again.wait(timeout=60).state is JobState.SUCCEEDED
 
 
+def _pod_events(api: Api, namespace: str, job_id: str, into: list[dict[str, Any]]) -> threading.Thread:
+    """Collect every pod of ``job_id`` as the apiserver reports it (a watch, in a thread)."""
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            for event in api.watch(f"/api/v1/namespaces/{namespace}/pods?labelSelector=portable.dev/job={job_id}", 60):
+                into.append(event["object"])
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_preemption_is_an_eviction_with_a_disruption_target(
     local: Launcher, k8s_api: Api, k8s_namespace: str, unique_name: str, tmp_path: Path
 ) -> None:
-    """The evicted pod fails with DisruptionTarget; the Job's policy ignores it (no retry used: retries=0)."""
+    """The evicted pod fails with DisruptionTarget; the Job's policy ignores it (retries=0, yet it goes on)."""
     gate = tmp_path / "go"
     code = (
         "import os, time\n"
@@ -225,26 +240,64 @@ def test_preemption_is_an_eviction_with_a_disruption_target(
     )
     job = local.submit(JobSpec(command=[sys.executable, "-c", code], image=IMAGE, env={"GATE": str(gate)},
                                labels={"suite": unique_name}))
-    poll_until(lambda: job.status().state is JobState.RUNNING, 60, "the job to run")
-    (first,) = k8s_api.ok("GET", f"/api/v1/namespaces/{k8s_namespace}/pods?labelSelector=portable.dev/job={job.id}")["items"]
     seen: list[dict[str, Any]] = []
+    _pod_events(k8s_api, k8s_namespace, job.id, seen)
+    poll_until(lambda: job.status().state is JobState.RUNNING, 60, "the job to run")
+    first = next(p for p in seen if p["status"].get("phase") == "Running")["metadata"]["uid"]
     local.preempt(job.id, grace=0.5)
-
-    def evicted_and_replaced() -> bool:
-        pods = k8s_api.ok("GET", f"/api/v1/namespaces/{k8s_namespace}/pods?labelSelector=portable.dev/job={job.id}")["items"]
-        seen.extend(p for p in pods if p["metadata"]["uid"] == first["metadata"]["uid"])
-        return any(p["metadata"]["uid"] != first["metadata"]["uid"] for p in pods)
-
-    poll_until(evicted_and_replaced, 60, "a replacement pod")
-    disruptions = [
-        c for p in seen for c in (p.get("status") or {}).get("conditions") or [] if c["type"] == "DisruptionTarget"
-    ]
-    assert disruptions and disruptions[-1]["reason"] == "EvictionByEvictionAPI", seen[-1:]
+    poll_until(lambda: any(p["metadata"]["uid"] != first for p in seen), 60, "a replacement pod")
+    evicted = [p for p in seen if p["metadata"]["uid"] == first]
+    reasons = {c.get("reason") for p in evicted for c in p["status"].get("conditions") or [] if c["type"] == "DisruptionTarget"}
+    assert reasons == {"EvictionByEvictionAPI"}, evicted[-1:]
+    assert any(p["status"].get("phase") == "Failed" for p in evicted), "the stand-in kubelet reports the killed pod Failed"
     gate.write_text("go")
     status = job.wait(timeout=60)
     assert status.state is JobState.SUCCEEDED, status
     assert (status.attempts, status.preemptions) == (2, 1)
-    assert [line for line in job.logs() if line.startswith("attempt")] == ["attempt 1", "attempt 2"]
+    assert "attempt 2" in list(job.logs())
+
+
+_RESUMING_JOB = """
+import os, sys, time
+import portable.checkpoint
+ckpt = portable.checkpoint.from_env()
+state = ckpt.load(default={"next": 1, "total": 0, "resumed_at": []})
+state["resumed_at"].append([int(os.environ["PORTABLE_JOB_ATTEMPT"]), state["next"]])
+ckpt.save(state)
+for i in range(state["next"], 61):
+    state["total"] += i
+    state["next"] = i + 1
+    if i % 10 == 0:
+        ckpt.save(state)
+    time.sleep(0.02)
+ckpt.save(state)
+"""
+
+
+def test_a_preempted_pod_resumes_from_its_checkpoint_on_a_bucket(
+    local: Launcher, unique_name: str, tmp_path: Path
+) -> None:
+    """Preempted mid-run, the job's second pod starts where the first one's last checkpoint left off."""
+    from portable.checkpoint import open_checkpoint
+
+    url = f"file://{tmp_path / 'bucket'}/{unique_name}"
+    job = local.submit(JobSpec(command=[sys.executable, "-c", _RESUMING_JOB], image=IMAGE, checkpoint_url=url,
+                               labels={"suite": unique_name}))
+    ckpt = open_checkpoint(url)
+
+    def progressed() -> bool:
+        return bool(ckpt.load() and ckpt.load()["next"] > 20)
+
+    poll_until(progressed, 60, "the job's checkpoints past step 20")
+    job.preempt(grace=0.5)
+    status = job.wait(timeout=90)
+    assert status.state is JobState.SUCCEEDED, status
+    assert (status.preemptions, status.attempts) == (1, 2)
+    state = ckpt.load()
+    assert state["total"] == sum(range(61))
+    (first, second) = state["resumed_at"]
+    assert first == [1, 1]
+    assert second[0] == 2 and second[1] > 20 and (second[1] - 1) % 10 == 0, state
 
 
 def test_cancel_keeps_the_record_and_stops_the_pod(local: Launcher, k8s_api: Api, k8s_namespace: str, unique_name: str) -> None:
