@@ -95,6 +95,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from portable.driver.compute import ComputeCapabilities, ComputeDriver, JobSpec, JobState, JobStatus
+from portable.driver.http import HTTP_STATUS_CODES, code_of_status
 from portable.errors import ErrorCode, IdempotencyConflict, InvalidURL
 from portable.urls import ParsedURL
 
@@ -112,6 +113,8 @@ from ._manifest import (
 )
 
 __all__ = ["K8sLauncher", "JobNotFound"]
+
+_STATUS_CODES = {**HTTP_STATUS_CODES, 409: ErrorCode.ALREADY_EXISTS, 410: ErrorCode.UNAVAILABLE}
 
 
 class JobNotFound(KeyError):
@@ -434,17 +437,8 @@ class K8sLauncher(ComputeDriver):
         if isinstance(exc, JobNotFound):
             return ErrorCode.NOT_FOUND
         if isinstance(exc, ApiError):
-            code = exc.status.code or 0
-            return {
-                400: ErrorCode.INVALID_ARGUMENT,
-                401: ErrorCode.PERMISSION_DENIED,
-                403: ErrorCode.PERMISSION_DENIED,
-                404: ErrorCode.NOT_FOUND,
-                409: ErrorCode.ALREADY_EXISTS,
-                410: ErrorCode.UNAVAILABLE,
-                422: ErrorCode.INVALID_ARGUMENT,
-                429: ErrorCode.THROTTLED,
-            }.get(code, ErrorCode.UNAVAILABLE if code >= 500 else ErrorCode.UNKNOWN)
+            # 409 is AlreadyExists (or a conflicting update), 410 an expired watch version
+            return code_of_status(exc.status.code or 0, _STATUS_CODES)
         if isinstance(exc, httpx2.TimeoutException):
             return ErrorCode.DEADLINE_EXCEEDED
         if isinstance(exc, httpx2.TransportError):
