@@ -192,11 +192,17 @@ fi
 # Upstream's `replace ... => ./staging/...` (kubernetes) and `=> ../api` (etcd) lines do not
 # travel with a module, so they are recreated here pointing at the published versions.
 k8s_cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/portable"
+piece_current() {  # name version binary packages...: built, from the same stamp?
+  local name="$1" version="$2" binary="$3"; shift 3
+  local dest="$k8s_cache_root/$name-v$version"
+  [ -x "$dest/bin/$binary" ] &&
+    [ "$(cat "$dest/built-from" 2>/dev/null || true)" = "$name=$version go=$(go env GOVERSION) packages=$*" ]
+}
 go_build_piece() {  # name version module-require packages... ; replaces in $GO_REPLACES
   local name="$1" version="$2" require="$3"; shift 3
   local dest="$k8s_cache_root/$name-v$version"
   local stamp="$name=$version go=$(go env GOVERSION) packages=$*"
-  if [ -x "$dest/bin/${BIN_CHECK}" ] && [ "$(cat "$dest/built-from" 2>/dev/null || true)" = "$stamp" ]; then
+  if piece_current "$name" "$version" "$BIN_CHECK" "$@"; then
     return 0
   fi
   say "go build $name v$version ($*) into $dest"
@@ -242,20 +248,21 @@ else
   # kube-apiserver, kube-controller-manager, kube-scheduler: each ./staging replace of
   # k8s.io/kubernetes's go.mod becomes k8s.io/X => k8s.io/X v0.<minor>.<patch>; the proxy
   # serves no sample-cli-plugin / sample-controller, which these binaries do not use.
-  staging_version="v0.${K8S_VERSION#*.}"
-  kube_mod="$(cd "$(mktemp -d)" && printf 'module probe\n' > go.mod &&
-              GOTOOLCHAIN=local go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" |
-              sed -nE 's/^[[:space:]]*"GoMod": "(.*)",?$/\1/p')"
+  KUBE_PACKAGES=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
   GO_REPLACES=()
-  while read -r staged; do
-    case "$staged" in k8s.io/sample-cli-plugin|k8s.io/sample-controller) continue ;; esac
-    GO_REPLACES+=("replace $staged => $staged $staging_version")
-  done < <(sed -nE 's#^[[:space:]]*(k8s\.io/[a-z0-9-]+) => \./staging/.*#\1#p' "$kube_mod")
+  if ! piece_current k8s "$K8S_VERSION" kube-scheduler "${KUBE_PACKAGES[@]}"; then
+    staging_version="v0.${K8S_VERSION#*.}"
+    kube_mod="$(cd "$(mktemp -d)" && printf 'module probe\n' > go.mod &&
+                GOTOOLCHAIN=local go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" |
+                sed -nE 's/^[[:space:]]*"GoMod": "(.*)",?$/\1/p')"
+    while read -r staged; do
+      case "$staged" in k8s.io/sample-cli-plugin|k8s.io/sample-controller) continue ;; esac
+      GO_REPLACES+=("replace $staged => $staged $staging_version")
+    done < <(sed -nE 's#^[[:space:]]*(k8s\.io/[a-z0-9-]+) => \./staging/.*#\1#p' "$kube_mod")
+  fi
   minor="${K8S_VERSION#*.}"; minor="${minor%%.*}"
   BIN_CHECK=kube-scheduler GO_LDFLAGS="-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION" \
-    go_build_piece k8s "$K8S_VERSION" "k8s.io/kubernetes v$K8S_VERSION" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler
+    go_build_piece k8s "$K8S_VERSION" "k8s.io/kubernetes v$K8S_VERSION" "${KUBE_PACKAGES[@]}"
   # kwok: no replaces; its fast node and pod stages are copied beside the binary.
   GO_REPLACES=()
   kwok_dest="$k8s_cache_root/kwok-v$KWOK_VERSION"
