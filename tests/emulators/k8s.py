@@ -397,7 +397,7 @@ class Supervisor:
             if proc.poll() is None:
                 proc.terminate()
                 try:
-                    proc.wait(timeout=10)
+                    proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=5)
@@ -668,6 +668,28 @@ def supervise(workdir: Path) -> int:
         return 1
     finally:
         supervisor.stop()
+
+
+
+# --- helpers for the adapter tests (tests/adapters/k8s) ------------------------------------------
+
+IMAGE = "python:3.11-slim"  # what a real cluster would pull; the local runner ignores it
+
+
+def make_namespace(api: Api, name: str) -> str:
+    api.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    deadline = time.monotonic() + 30
+    while api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")[0] != 200:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"namespace {name} got no default service account")
+        time.sleep(0.05)
+    return name
+
+
+def k8s_url(k8s: dict[str, str], namespace: str, node: str, extra: str = "") -> str:
+    selector = k8s["local_selector"] if node == "local" else k8s["kwok_selector"]
+    url = f"k8s://portable/{namespace}?kubeconfig={k8s['kubeconfig']}&node_selector={selector}&image={IMAGE}&grace=1"
+    return url + (f"&{extra}" if extra else "")
 
 
 if __name__ == "__main__":

@@ -166,6 +166,9 @@ def status_of(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> JobS
     counts = (newest or {}).get("metadata", {}).get("annotations") or {}
     failures, preemptions = _int(counts.get(FAILURES)), _int(counts.get(IGNORED_FAILURES))
     attempts = (1 + failures + preemptions) if newest is not None else 0
+    # pods the controller deleted (a deadline, a replaced pod) are gone, but the Job counted them
+    counted = _int(st.get("failed")) + _int(st.get("succeeded")) + _int(st.get("active")) + preemptions
+    attempts = max(attempts, counted)
     last_exit = next((t for t in (_terminated(p) for p in reversed(pods)) if t), None)
     exit_code = None if last_exit is None else int(last_exit.get("exitCode", 0))
     reason: str | None = None

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 
 from portable.testing.compute_suite import ComputeContract
-
-from .conftest import IMAGE
+from tests.emulators.k8s import IMAGE
 
 KWOK_RUNS_NOTHING = (
     "kwok fakes the pod lifecycle without running the command: its pod-complete stage turns "

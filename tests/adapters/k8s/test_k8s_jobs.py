@@ -19,9 +19,7 @@ import pytest
 from portable.compute import JobSpec, JobState, Launcher, open_launcher
 from portable.errors import InvalidArgument, InvalidURL, NotFound
 from portable.testing.compute_suite import contract_profile, poll_until
-from tests.emulators.k8s import Api
-
-from .conftest import IMAGE, k8s_url
+from tests.emulators.k8s import IMAGE, Api, k8s_url
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -16,9 +16,7 @@ import yaml
 from portable.compute import JobSpec, JobState, open_launcher
 from portable.errors import PermissionDenied
 from portable.testing.compute_suite import contract_profile, poll_until
-from tests.emulators.k8s import Api, write_kubeconfig
-
-from .conftest import IMAGE, make_namespace
+from tests.emulators.k8s import IMAGE, Api, make_namespace, write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[3]
 
