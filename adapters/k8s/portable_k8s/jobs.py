@@ -89,9 +89,8 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.config.models import Cluster, User
 from lightkube.core.exceptions import ConfigError
 from lightkube.models.meta_v1 import DeleteOptions, ObjectMeta
-from lightkube.models.policy_v1 import Eviction
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod, PodEviction
 from lightkube.types import PatchType
 
 from portable.driver.compute import ComputeCapabilities, ComputeDriver, JobSpec, JobState, JobStatus
@@ -271,6 +270,8 @@ class K8sLauncher(ComputeDriver):
             "gpu_resource": url.take_str("gpu_resource", "nvidia.com/gpu") or "nvidia.com/gpu",
         }
         url.done()
+        if path:
+            valid_namespace(path, url)
         config = _load_config(url, context, kubeconfig, server, token_env, ca_file, insecure)
         namespace = valid_namespace(path or config.namespace or "default", url)
         return cls(config, Settings(namespace=namespace, **settings_kw), request_timeout=request_timeout)
@@ -384,7 +385,7 @@ class K8sLauncher(ComputeDriver):
             if (pod.get("status") or {}).get("phase") != "Running" or meta.get("deletionTimestamp"):
                 continue
             options = DeleteOptions(gracePeriodSeconds=None if grace is None else math.ceil(grace))
-            eviction = Eviction(metadata=ObjectMeta(name=meta["name"], namespace=self.namespace), deleteOptions=options)
+            eviction = PodEviction(metadata=ObjectMeta(name=meta["name"], namespace=self.namespace), deleteOptions=options)
             try:
                 self.client.create(eviction, name=meta["name"], namespace=self.namespace)
             except ApiError as exc:

@@ -56,7 +56,6 @@ class TestK8sKwokContract(ComputeContract):
         "test_missing_program_fails_the_job": KWOK_RUNS_NOTHING,
         "test_retries_until_an_attempt_succeeds": KWOK_RUNS_NOTHING,
         "test_retries_run_out": KWOK_RUNS_NOTHING,
-        "test_timeout_kills_the_job": KWOK_RUNS_NOTHING,
         "test_env_workdir_and_job_variables": KWOK_NO_LOGS,
         "test_logs_hold_stdout_and_stderr": KWOK_NO_LOGS,
         "test_logs_follow_streams_until_the_end": KWOK_NO_LOGS,
@@ -79,6 +78,12 @@ class TestK8sKwokContract(ComputeContract):
 
     def test_cancel_a_running_job(self) -> None:  # type: ignore[override]
         pytest.skip(KWOK_RACE)
+
+    def test_timeout_kills_the_job(self) -> None:  # type: ignore[override]
+        pytest.skip(
+            "on kwok the Job's 1 s activeDeadlineSeconds and kwok's completion after about a second "
+            "race: either may end the job (TestK8sLocalContract runs this test)"
+        )
 
     def test_preempted_job_resumes_from_its_checkpoint(self) -> None:  # type: ignore[override]
         pytest.skip(f"{KWOK_RUNS_NOTHING}: no checkpoint is ever written (TestK8sLocalContract runs this test)")

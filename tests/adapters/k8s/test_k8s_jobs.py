@@ -208,7 +208,7 @@ def test_two_processes_submitting_one_key_make_exactly_one_job(
     survivor = out.split()[1]
     jobs = kwok.list({"suite": unique_name})
     assert [s.job_id for s in jobs] == [survivor]
-    again = kwok.submit(JobSpec(command=["true"], image=IMAGE, idempotency_key=f"key-{unique_name}", labels={"suite": unique_name}))
+    again = kwok.submit(JobSpec(command=["true"], idempotency_key=f"key-{unique_name}", labels={"suite": unique_name}))
     assert again.id == survivor
     assert again.wait(timeout=60).state is JobState.SUCCEEDED
 
