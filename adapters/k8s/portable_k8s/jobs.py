@@ -63,12 +63,37 @@ cancel:
     and list go on answering CANCELLED. Delete the Job yourself (``propagationPolicy:
     Background``) to forget it, or give it a TTL controller.
 
+Names and limits:
+    The namespace is a DNS-1123 label (InvalidURL otherwise, before any request). A Job's
+    name, which is its portable job id, is ``<spec name, lower-cased, [^a-z0-9-] as '-', at
+    most 40>-<10 random hex>``, or ``pk-<digest>`` with an idempotency key. Env names
+    starting ``PORTABLE_K8S_`` are the driver's (InvalidArgument). A spec needs an image (its
+    own or the URL's; InvalidArgument otherwise). Label values that are no valid Kubernetes
+    label value (``"ml-"``) are kept in the annotation only and matched client-side by list.
+
+Errors:
+    lightkube's ``ApiError`` by HTTP status through ``portable.driver.http.code_of_status``
+    (404 NOT_FOUND, 401/403 PERMISSION_DENIED, 409 ALREADY_EXISTS, 429 THROTTLED with
+    ``Retry-After``, 5xx and 410 UNAVAILABLE); httpx2 timeouts DEADLINE_EXCEEDED, transport
+    errors UNAVAILABLE; a Job without the ``portable.dev/managed`` label is NOT_FOUND.
+
 As:
     ``lightkube.Client`` (the driver's own; do not close it).
 
 Capabilities:
     containers, gpus, logs, cancel, checkpoints, preempt, timeouts, retries,
     idempotent_submit, detached.
+
+Known differences:
+    * ``timeout`` bounds the whole Job (``activeDeadlineSeconds``), all attempts together,
+      not each attempt; a timed-out job is not retried, as everywhere.
+    * The job controller waits between failed attempts (10 s, then doubling, Kubernetes'
+      pod failure backoff); a preempted attempt is replaced at once.
+    * A preempted (evicted) pod is deleted, and its log with it: ``logs()`` yields the
+      output of the pods that still exist. Pods of failed attempts stay, with their logs.
+    * ``cancel`` suspends the Job and keeps it (see above); deleting it is up to you.
+    * ``wait`` watches; ``logs(follow=True)`` streams the running pod's log and looks for the
+      next attempt's pod every 0.1 s.
 """
 
 from __future__ import annotations

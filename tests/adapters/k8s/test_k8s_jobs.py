@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from portable.compute import JobSpec, JobState, Launcher, open_launcher
-from portable.errors import InvalidArgument, InvalidURL, NotFound
+from portable.errors import InvalidArgument, InvalidURL, NotFound, PermissionDenied
 from portable.testing.compute_suite import contract_profile, poll_until
 from tests.emulators.k8s import IMAGE, Api, k8s_url
 
@@ -310,3 +310,20 @@ def test_cancel_keeps_the_record_and_stops_the_pod(local: Launcher, k8s_api: Api
     pods = k8s_api.ok("GET", f"/api/v1/namespaces/{k8s_namespace}/pods?labelSelector=portable.dev/job={job.id}")["items"]
     assert all(p["status"].get("phase") in ("Succeeded", "Failed") for p in pods)
     assert [s.state for s in local.list({"suite": unique_name})] == [JobState.CANCELLED]
+
+
+def test_an_explicit_server_with_a_token_from_the_environment(
+    k8s: dict[str, str], k8s_api: Api, k8s_namespace: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PORTABLE_TEST_K8S_TOKEN", k8s_api.token)
+    url = (
+        f"k8s:///{k8s_namespace}?server={k8s['server']}&token_env=PORTABLE_TEST_K8S_TOKEN&ca_file={k8s['ca_file']}"
+        f"&node_selector={k8s['kwok_selector']}&image={IMAGE}"
+    )
+    with open_launcher(url, profile=contract_profile(url)) as launcher:
+        assert k8s_api.token not in repr(launcher)
+        job = launcher.submit(JobSpec(command=["true"], labels={"suite": unique_name}))
+        assert job.wait(timeout=60).state is JobState.SUCCEEDED
+    monkeypatch.setenv("PORTABLE_TEST_K8S_TOKEN", "not-a-token")
+    with open_launcher(url, profile=contract_profile(url)) as launcher, pytest.raises(PermissionDenied):
+        launcher.list({"suite": unique_name})
