@@ -215,11 +215,7 @@ class KubernetesCluster(Emulator):
         # Ask the supervisor alone first: it stops its children in order (apiserver before etcd).
         process = self._process
         if process is not None and process.leader is not None:
-            process.leader.signal(signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_grace
-            while process.leader.is_alive() and time.monotonic() < deadline:
-                process.poll()
-                time.sleep(0.05)
+            ordered_stop(process.leader, self.stop_grace, reap=process.poll)
         super().stop()
 
 
@@ -228,11 +224,17 @@ def admin_api(workdir: Path) -> Api:
     return Api(config["server"], config["token"], workdir / "pki" / "ca.crt")
 
 
-def ordered_stop(leader: ProcessRecord, grace: float = 30.0) -> None:
-    """SIGTERM the supervisor alone and wait: what ``python -m tests.emulators down`` does first."""
+def ordered_stop(leader: ProcessRecord, grace: float = 30.0, reap: Any = None) -> None:
+    """SIGTERM the supervisor alone and wait for it (``reap``: the parent's ``Popen.poll``).
+
+    It stops its children in order, the apiserver before etcd; the harness then ends whatever
+    is left of the group. ``python -m tests.emulators down k8s`` does the same.
+    """
     leader.signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
     while leader.is_alive() and time.monotonic() < deadline:
+        if reap is not None:
+            reap()
         time.sleep(0.05)
 
 
