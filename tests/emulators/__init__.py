@@ -2,7 +2,7 @@
 
 Use the pytest fixtures in `tests.emulators.fixtures` (``moto_server``, ``azurite``,
 ``fake_gcs``, ``pubsub_emulator``, ``firestore_emulator``, ``kafka_broker``,
-``tansu_broker``, ``redis_server``, ``s3s_server``), or from a shell::
+``tansu_broker``, ``redis_server``, ``s3s_server``, ``k8s_cluster``), or from a shell::
 
     python -m tests.emulators up kafka redis    # prints endpoints, records PIDs
     python -m tests.emulators status
@@ -25,6 +25,7 @@ from .harness import (
     free_port,
     is_listening,
 )
+from .k8s import KubernetesCluster
 from .kafka_brokers import KafkaBroker, TansuBroker
 from .moto_server import MotoServer
 from .redis_server import RedisServer
@@ -43,6 +44,7 @@ EMULATORS: dict[str, type[Emulator]] = {
         TansuBroker,
         RedisServer,
         S3sServer,
+        KubernetesCluster,
     )
 }
 
@@ -66,6 +68,7 @@ __all__ = [
     "FakeGcs",
     "FirestoreEmulator",
     "KafkaBroker",
+    "KubernetesCluster",
     "MotoServer",
     "ProcessRecord",
     "PubSubEmulator",

@@ -25,6 +25,7 @@ from .harness import (
     related_processes,
     terminate,
 )
+from .k8s import ordered_stop
 
 #: Overrides the state file (the harness's own test uses it to keep away from yours).
 STATE_ENV = "PORTABLE_EMULATOR_STATE"
@@ -81,6 +82,10 @@ def cmd_up(names: list[str]) -> int:
         state[name] = emulator.detach()
         save_state(state)
         print(describe(state[name]))
+        # one bare NAME=VALUE line per portable URL, for `eval`/`export` in another shell
+        for key, value in state[name]["env"].items():
+            if key.startswith("PORTABLE_") and key.endswith("_URL"):
+                print(f"{key}={value}")
     print(f"state: {state_file()}")
     return 1 if failed else 0
 
@@ -93,6 +98,10 @@ def cmd_down(names: list[str]) -> int:
         if entry is None:
             print(f"{name}: not recorded as running")
             continue
+        if name == "k8s":  # its supervisor stops the apiserver before etcd: ask it alone first
+            for pid, start in entry["processes"]:
+                if pid == entry["pid"]:
+                    ordered_stop(ProcessRecord(pid, start))
         survivors = terminate(live_processes(entry), int(entry["pgid"]), grace=20.0)
         if survivors:
             print(f"{name}: still alive after SIGKILL: {sorted(survivors)}", file=sys.stderr)

@@ -112,3 +112,11 @@ def tansu_broker() -> Iterator[EmulatorInfo]:
 def redis_server() -> Iterator[EmulatorInfo]:
     """redis-server: ``url``; env ``REDIS_URL``."""
     yield from run_emulator("redis")
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster() -> Iterator[EmulatorInfo]:
+    """Kubernetes v1.37.2 (etcd, apiserver, controller-manager, scheduler, kwok, a local pod runner):
+    endpoints ``server``, ``kubeconfig``, ``ca_file``, ``namespace``, ``url``, ``local_selector``,
+    ``kwok_selector``; env ``KUBECONFIG``, ``PORTABLE_K8S_URL``."""
+    yield from run_emulator("k8s")
