@@ -127,6 +127,9 @@ class MemoryStorage(StorageDriver):
 
     scheme = "mem"
     capabilities = StorageCapabilities(signed_urls=False, min_part_bytes=1, max_metadata_bytes=2048)
+    #: every call is a dict operation under a lock held for microseconds: the async face awaits it
+    #: inline instead of through the thread pool (portable.driver.aio_storage)
+    never_blocks = True
 
     def __init__(self, name: str = "") -> None:
         self.endpoint = f"mem://{name}"

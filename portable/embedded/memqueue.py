@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..driver.messaging import (
     DEAD_LETTER_ATTRIBUTES,
@@ -51,6 +51,9 @@ from ..errors import InvalidURL, PreconditionFailed
 from ..urls import ParsedURL
 
 __all__ = ["MemoryMessaging"]
+
+if TYPE_CHECKING:
+    from ..driver.aio_messaging import AsyncQueueDriver
 
 
 @dataclass(slots=True)
@@ -117,6 +120,12 @@ class MemoryMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
 
     scheme = "mem"
     capabilities = embedded_queue_capabilities(1024 * 1024)
+
+    def async_driver(self) -> AsyncQueueDriver:
+        """Both async sides, adapted through the bounded thread pool (one object, as the sync one)."""
+        from ..driver.aio_messaging import AsyncQueueDriver
+
+        return AsyncQueueDriver(self)
 
     def __init__(self, name: str = "", *, dead_letter: bool = False, dedup_window: float = 300.0) -> None:
         self.name = name

@@ -62,7 +62,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._sqlite_tools import enable_wal, immediate
 from ..driver import ErrorCode
@@ -78,6 +78,9 @@ from ..driver.messaging import (
 from ..errors import InvalidURL, PreconditionFailed
 from ..urls import ParsedURL
 from .memqueue import embedded_queue_capabilities
+
+if TYPE_CHECKING:
+    from ..driver.aio_messaging import AsyncQueueDriver
 
 __all__ = ["SqliteMessaging"]
 
@@ -113,7 +116,6 @@ _WAKE: dict[tuple[str, str, str], threading.Condition] = {}
 _WAKE_LOCK = threading.Lock()
 _SCHEMA_DONE: set[str] = set()
 
-
 def _wake_for(key: tuple[str, str, str]) -> threading.Condition:
     cond = _WAKE.get(key)
     if cond is None:
@@ -127,6 +129,12 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
 
     scheme = "sqlite"
     capabilities = embedded_queue_capabilities(16 * 1024 * 1024)
+
+    def async_driver(self) -> AsyncQueueDriver:
+        """Both async sides, adapted through the bounded thread pool (one object, as the sync one)."""
+        from ..driver.aio_messaging import AsyncQueueDriver
+
+        return AsyncQueueDriver(self)
 
     def __init__(
         self,
