@@ -45,6 +45,7 @@ PROVIDERS: list[tuple[str, str, str, str | None]] = [
     ("compute", "local://", "local:///tmp/portable-matrix-jobs", None),
     ("compute", "batch://", "batch://queue?job_definition=d&region=us-east-1", None),
     ("compute", "dask://", "dask://127.0.0.1:9", "portable_dask.launcher:DaskLauncher"),
+    ("compute", "k8s://", "k8s:///default?server=https://127.0.0.1:9", "portable_k8s.jobs:K8sLauncher"),
 ]
 
 _DISTRIBUTION = {"(obstore)": "portable_obstore"}
