@@ -1,0 +1,296 @@
+"""The native async messaging engines, at the driver level, on their emulators.
+
+For each engine whose library is natively async (SQS on aiobotocore, Azure
+Storage Queue on ``azure.storage.queue.aio``, Pub/Sub on the async GAPIC
+clients): ``async_driver()`` is native; publish, receive, ack, nack, extend and
+dead-letter work through it; the wire form is exactly the sync driver's (a
+provider's own client reads the same from both faces, and both faces read the
+same from it); errors classify as the sync ones; and no call uses the bounded
+thread pool of :mod:`portable.driver.threads`.
+
+Each test body runs its coroutine with ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+
+from portable.driver import threads
+from portable.driver.aio_messaging import AsyncSubscriptionDriver, AsyncTopicDriver
+from portable.driver.messaging import (
+    DEAD_LETTER_REASON,
+    MessagingDriver,
+    OutgoingMessage,
+    ReceivedMessage,
+    SubscriptionDriver,
+    TopicDriver,
+)
+from portable.errors import ErrorCode
+from portable.messaging import open_driver
+
+R = TypeVar("R")
+
+#: body, attributes and key of the message every interop test sends
+BODY = '{"order": "naïve café"}'.encode()
+BINARY = b"\x00\x01\xff binary"
+ATTRIBUTES = {"kind": "order", "trace": "t-1"}
+
+
+@dataclass
+class Case:
+    """One engine on its emulator: the sync sides, and what its own client sends and sees."""
+
+    name: str
+    driver: MessagingDriver
+    topic: TopicDriver
+    sub: SubscriptionDriver
+    #: the provider's own client publishes (body, attributes)
+    native_publish: Callable[[bytes, dict[str, str]], None]
+    #: the provider's own client receives and deletes one message: what it saw, as plain data
+    native_receive: Callable[[], Any]
+    #: a handle for this delivery that the provider refuses as lost
+    stale_handle: Callable[[ReceivedMessage], Any]
+    #: the sync driver of the dead-letter destination (a subscription)
+    dead_letters: Callable[[], SubscriptionDriver]
+    lease: float = 10.0
+
+
+def run(coro_fn: Callable[[], Coroutine[Any, Any, R]]) -> R:
+    """Run ``coro_fn()`` on a fresh loop and check that no call went through the bounded pool."""
+    threads.shutdown_pool()
+    result = asyncio.run(coro_fn())
+    assert threads._pool is None, "a native call went through the bounded thread pool"
+    assert not [t for t in threading.enumerate() if t.name.startswith("portable-aio")]
+    return result
+
+
+async def receive_one(sub: AsyncSubscriptionDriver, lease: float, tries: int = 10) -> ReceivedMessage:
+    for _ in range(tries):
+        got = await sub.receive(1, 2.0, lease)
+        if got:
+            (message,) = got
+            assert isinstance(message, ReceivedMessage)
+            return message
+    raise AssertionError("nothing was delivered")
+
+
+def sync_receive_one(sub: SubscriptionDriver, lease: float, tries: int = 10) -> ReceivedMessage:
+    for _ in range(tries):
+        got = sub.receive(1, 2.0, lease)
+        if got:
+            (message,) = got
+            assert isinstance(message, ReceivedMessage)
+            return message
+    raise AssertionError("nothing was delivered")
+
+
+def seen(message: ReceivedMessage) -> tuple[Any, ...]:
+    """What a receive carries besides its id, handle and times."""
+    return (message.body, dict(message.attributes), message.key, message.headers, message.key_bytes, message.tombstone)
+
+
+# ------------------------------------------------------------------ SQS on moto
+@contextlib.contextmanager
+def sqs_case(moto_server: Any, name: str) -> Iterator[Case]:
+    import boto3
+
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION"):
+            mp.setenv(var, moto_server.env[var])
+        for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+            mp.delenv(var, raising=False)
+        endpoint, region = moto_server.endpoints["endpoint_url"], moto_server.endpoints["region"]
+        base = open_driver(f"sqs://base?region={region}&endpoint_url={endpoint}")
+        raw = boto3.client("sqs", endpoint_url=endpoint, region_name=region)
+        with base.temporary(name) as url:
+            driver: Any = open_driver(url)
+            queue_url = raw.get_queue_url(QueueName=name)["QueueUrl"]
+
+            def native_publish(body: bytes, attributes: dict[str, str]) -> None:
+                raw.send_message(
+                    QueueUrl=queue_url,
+                    MessageBody=body.decode(),
+                    MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+                )
+
+            def native_receive() -> Any:
+                (m,) = raw.receive_message(QueueUrl=queue_url, WaitTimeSeconds=5, MessageAttributeNames=["All"])[
+                    "Messages"
+                ]
+                raw.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+                return m["Body"], m.get("MessageAttributes")
+
+            def dead_letters() -> SubscriptionDriver:
+                dlq_url = driver.subscription().dead_letter_url()
+                return open_driver(dlq_url).subscription()  # type: ignore[no-any-return]
+
+            try:
+                yield Case(
+                    "sqs",
+                    driver,
+                    driver.topic(),
+                    driver.subscription(),
+                    native_publish,
+                    native_receive,
+                    lambda m: "not-a-receipt-handle",
+                    dead_letters,
+                )
+            finally:
+                driver.close()
+        base.close()
+
+
+# ------------------------------------------------------------------ the tests
+@pytest.fixture(params=["sqs"])
+def case(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Case]:
+    factory = {"sqs": (sqs_case, "moto_server")}[request.param]
+    make, emulator = factory
+    with make(request.getfixturevalue(emulator), unique_name) as c:
+        yield c
+
+
+def test_async_drivers_are_native(case: Case) -> None:
+    topic, sub = case.topic.async_driver(), case.sub.async_driver()
+    assert isinstance(topic, AsyncTopicDriver) and isinstance(sub, AsyncSubscriptionDriver)
+    assert topic.native and sub.native
+    assert topic.sync is case.topic and sub.sync is case.sub
+
+
+def test_publish_receive_ack_round_trip(case: Case) -> None:
+    async def body() -> None:
+        topic, sub = case.topic.async_driver(), case.sub.async_driver()
+        try:
+            ids = [await topic.publish(OutgoingMessage(b, ATTRIBUTES)) for b in (BODY, BINARY)]
+            got = [await receive_one(sub, case.lease) for _ in ids]
+            assert sorted(m.id for m in got) == sorted(ids)
+            assert sorted(m.body for m in got) == sorted([BODY, BINARY])
+            assert all(dict(m.attributes) == ATTRIBUTES and m.delivery_attempt == 1 for m in got)
+            await sub.ack(got[0].handle)
+            assert await sub.ack_many([got[1].handle]) == [None]
+            assert await sub.receive(10, 1.0, case.lease) == []  # acked: never again
+            batch = await topic.publish_batch([OutgoingMessage(b"one"), OutgoingMessage(b"two", {"n": "2"})])
+            assert all(isinstance(i, str) for i in batch)
+            again = [await receive_one(sub, case.lease) for _ in batch]
+            assert sorted(m.body for m in again) == [b"one", b"two"]
+            assert await sub.ack_many([m.handle for m in again]) == [None, None]
+        finally:
+            await topic.aclose()
+            await sub.aclose()
+
+    run(body)
+
+
+def test_native_clients_see_the_same_from_both_faces(case: Case) -> None:
+    message = OutgoingMessage(BODY, ATTRIBUTES)
+    case.topic.publish(message)
+    from_sync = case.native_receive()
+
+    async def publish() -> None:
+        topic = case.topic.async_driver()
+        try:
+            await topic.publish(message)
+        finally:
+            await topic.aclose()
+
+    run(publish)
+    assert case.native_receive() == from_sync
+
+
+def test_both_faces_read_the_same_from_native_clients(case: Case) -> None:
+    case.native_publish(BODY, ATTRIBUTES)
+    by_sync = sync_receive_one(case.sub, case.lease)
+    case.sub.ack(by_sync.handle)
+    case.native_publish(BODY, ATTRIBUTES)
+
+    async def receive() -> ReceivedMessage:
+        sub = case.sub.async_driver()
+        try:
+            m = await receive_one(sub, case.lease)
+            await sub.ack(m.handle)
+            return m
+        finally:
+            await sub.aclose()
+
+    by_async = run(receive)
+    assert seen(by_async) == seen(by_sync)
+    assert by_async.delivery_attempt == by_sync.delivery_attempt == 1
+    assert by_async.id != by_sync.id
+
+
+def test_nack_extend_and_dead_letter(case: Case) -> None:
+    async def body() -> None:
+        topic, sub = case.topic.async_driver(), case.sub.async_driver()
+        try:
+            await topic.publish(OutgoingMessage(b"poison", {"n": "1"}))
+            first = await receive_one(sub, case.lease)
+            assert await sub.receive(1, 0.0, case.lease) == []  # leased
+            await sub.nack(first.handle, 0.0)
+            second = await receive_one(sub, case.lease)
+            assert second.id == first.id and second.delivery_attempt == 2
+            handle = await sub.extend_lease(second.handle, case.lease * 3)
+            assert await sub.receive(1, 1.0, case.lease) == []  # still leased after the extension
+            moved = ReceivedMessage(
+                second.id, second.body, second.attributes, second.key, second.publish_time,
+                second.delivery_attempt, handle, second.headers, second.key_bytes,
+            )  # fmt: skip
+            await sub.dead_letter(moved, "cannot parse")
+        finally:
+            await topic.aclose()
+            await sub.aclose()
+
+    run(body)
+    dead = sync_receive_one(case.dead_letters(), case.lease)
+    assert dead.body == b"poison"
+    assert dead.attributes["n"] == "1"
+    assert dead.attributes[DEAD_LETTER_REASON] == "cannot parse"
+
+
+def test_errors_classify_as_the_sync_ones(case: Case) -> None:
+    case.topic.publish(OutgoingMessage(b"x"))
+    received = sync_receive_one(case.sub, case.lease)
+    stale = case.stale_handle(received)
+    with pytest.raises(Exception) as sync_error:
+        case.sub.ack(stale)
+
+    async def ack() -> BaseException:
+        sub = case.sub.async_driver()
+        try:
+            await sub.ack(stale)
+        except Exception as exc:
+            return exc
+        finally:
+            await sub.aclose()
+        raise AssertionError("a lost lease was acked")
+
+    async_error = run(ack)
+    assert case.driver.code_of(sync_error.value) is ErrorCode.PRECONDITION_FAILED
+    assert case.driver.code_of(async_error) is ErrorCode.PRECONDITION_FAILED
+    assert type(async_error).__name__ == type(sync_error.value).__name__
+
+
+def test_one_client_per_loop_closed_by_aclose(case: Case) -> None:
+    sub = case.sub.async_driver()
+    clients: Any = sub._clients  # type: ignore[attr-defined]
+
+    async def twice() -> None:
+        await sub.receive(1, 0.0, case.lease)
+        assert asyncio.get_running_loop() in clients
+        made = len(clients)
+        await asyncio.gather(sub.receive(1, 0.0, case.lease), sub.receive(1, 0.0, case.lease))
+        assert len(clients) == made  # the loop's one client served them all
+
+    async def again() -> None:
+        await twice()
+        assert len(clients) == 2  # this loop's, and the first loop's (which stopped)
+        await sub.aclose()
+        assert len(clients) == 0
+
+    run(twice)
+    run(again)
