@@ -60,6 +60,12 @@ class Case:
     #: the sync driver of the dead-letter destination (a subscription)
     dead_letters: Callable[[], SubscriptionDriver]
     lease: float = 10.0
+    #: the attributes a native producer can send (none on Azure Storage Queue)
+    native_attributes: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.native_attributes is None:
+            self.native_attributes = dict(ATTRIBUTES)
 
 
 def run(coro_fn: Callable[[], Coroutine[Any, Any, R]]) -> R:
@@ -147,10 +153,64 @@ def sqs_case(moto_server: Any, name: str) -> Iterator[Case]:
         base.close()
 
 
+# ------------------------------------------------------------------ Azure Storage Queue on Azurite
+AZURITE_KEY_ENV = "PORTABLE_TEST_AIO_AZURITE_KEY"
+
+
+@contextlib.contextmanager
+def azqueue_case(azurite: Any, name: str) -> Iterator[Case]:
+    from azure.storage.queue import BinaryBase64DecodePolicy, BinaryBase64EncodePolicy, QueueClient
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(AZURITE_KEY_ENV, azurite.endpoints["account_key"])
+        account, endpoint = azurite.endpoints["account_name"], azurite.endpoints["queue_endpoint"]
+        base = open_driver(f"azqueue://{account}/base?queue_endpoint={endpoint}&account_key_env={AZURITE_KEY_ENV}")
+        with base.temporary(name) as url:
+            driver: Any = open_driver(url)
+            conn = azurite.endpoints["connection_string"]
+            producer = QueueClient.from_connection_string(  # what Azure Functions and the SDK samples use
+                conn, name, message_encode_policy=BinaryBase64EncodePolicy(), message_decode_policy=BinaryBase64DecodePolicy()
+            )
+            reader = QueueClient.from_connection_string(conn, name)  # the text exactly as it is on the wire
+
+            def native_publish(body: bytes, attributes: dict[str, str]) -> None:
+                assert not attributes  # Azure messages have none
+                producer.send_message(body)
+
+            def native_receive() -> Any:
+                for _ in range(10):
+                    m = reader.receive_message()
+                    if m is not None:
+                        reader.delete_message(m)
+                        return m.content
+                raise AssertionError("nothing was delivered")
+
+            def stale_handle(m: ReceivedMessage) -> Any:
+                driver.extend_lease(m.handle, 10)  # a new pop receipt: the old one is stale
+                return m.handle
+
+            def dead_letters() -> SubscriptionDriver:
+                return open_driver(driver.dead_letter_url()).subscription()  # type: ignore[no-any-return]
+
+            try:
+                yield Case(
+                    "azqueue", driver, driver.topic(), driver.subscription(), native_publish, native_receive,
+                    stale_handle, dead_letters, native_attributes={},
+                )  # fmt: skip
+            finally:
+                driver.close()
+                producer.close()
+                reader.close()
+        base.close()
+
+
 # ------------------------------------------------------------------ the tests
-@pytest.fixture(params=["sqs"])
+CASES = {"sqs": (sqs_case, "moto_server"), "azqueue": (azqueue_case, "azurite")}
+
+
+@pytest.fixture(params=sorted(CASES))
 def case(request: pytest.FixtureRequest, unique_name: str) -> Iterator[Case]:
-    factory = {"sqs": (sqs_case, "moto_server")}[request.param]
+    factory = CASES[request.param]
     make, emulator = factory
     with make(request.getfixturevalue(emulator), unique_name) as c:
         yield c
@@ -204,10 +264,11 @@ def test_native_clients_see_the_same_from_both_faces(case: Case) -> None:
 
 
 def test_both_faces_read_the_same_from_native_clients(case: Case) -> None:
-    case.native_publish(BODY, ATTRIBUTES)
+    assert case.native_attributes is not None
+    case.native_publish(BODY, case.native_attributes)
     by_sync = sync_receive_one(case.sub, case.lease)
     case.sub.ack(by_sync.handle)
-    case.native_publish(BODY, ATTRIBUTES)
+    case.native_publish(BODY, case.native_attributes)
 
     async def receive() -> ReceivedMessage:
         sub = case.sub.async_driver()
@@ -286,11 +347,19 @@ def test_one_client_per_loop_closed_by_aclose(case: Case) -> None:
         await asyncio.gather(sub.receive(1, 0.0, case.lease), sub.receive(1, 0.0, case.lease))
         assert len(clients) == made  # the loop's one client served them all
 
-    async def again() -> None:
+    async def here_and_there() -> None:
         await twice()
-        assert len(clients) == 2  # this loop's, and the first loop's (which stopped)
-        await sub.aclose()
+        assert len(clients) == 2  # this loop's, and the other loop's
+        await sub.aclose()  # closes both: the other loop still runs
         assert len(clients) == 0
 
-    run(twice)
-    run(again)
+    other = asyncio.new_event_loop()
+    runner = threading.Thread(target=other.run_forever, name="other-loop")
+    runner.start()
+    try:
+        asyncio.run_coroutine_threadsafe(twice(), other).result(timeout=60)
+        run(here_and_there)
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        runner.join()
+        other.close()
