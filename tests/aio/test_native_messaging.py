@@ -37,6 +37,10 @@ from portable.messaging import open_driver
 
 R = TypeVar("R")
 
+# receive(wait=0) pulls with return_immediately, which google-cloud-pubsub calls deprecated; the
+# service still honours it, and it is the only way not to wait on an empty subscription.
+pytestmark = pytest.mark.filterwarnings("ignore:The return_immediately flag is deprecated:DeprecationWarning")
+
 #: body, attributes and key of the message every interop test sends
 BODY = '{"order": "naïve café"}'.encode()
 BINARY = b"\x00\x01\xff binary"
@@ -204,8 +208,56 @@ def azqueue_case(azurite: Any, name: str) -> Iterator[Case]:
         base.close()
 
 
+# ------------------------------------------------------------------ Pub/Sub on Google's emulator
+@contextlib.contextmanager
+def pubsub_case(emulator: Any, name: str) -> Iterator[Case]:
+    from google.cloud import pubsub_v1  # the library's own clients, as a native service uses them
+
+    project, host = emulator.endpoints["project"], emulator.endpoints["host_port"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PUBSUB_EMULATOR_HOST", host)
+        base: Any = open_driver(f"pubsub://{project}/topics/{name}?endpoint={host}")
+        # exactly-once, so that a lost lease is refused (PRECONDITION_FAILED), and a dead-letter policy
+        with base.create_temporary(name, ordering=False, exactly_once=True) as url:
+            driver: Any = open_driver(url)
+            publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+            topic_path, sub_path = f"projects/{project}/topics/{name}", f"projects/{project}/subscriptions/{name}"
+
+            def native_publish(body: bytes, attributes: dict[str, str]) -> None:
+                publisher.publish(topic_path, body, **attributes).result(timeout=30)
+
+            def native_receive() -> Any:
+                for _ in range(10):
+                    got = subscriber.pull(subscription=sub_path, max_messages=1, timeout=10).received_messages
+                    if got:
+                        (r,) = got
+                        subscriber.acknowledge(subscription=sub_path, ack_ids=[r.ack_id])
+                        m = r.message
+                        return m.data, dict(m.attributes), m.ordering_key
+                raise AssertionError("nothing was delivered")
+
+            def stale_handle(m: ReceivedMessage) -> Any:
+                driver.nack(m.handle, 0)
+                sync_receive_one(driver, 10.0)  # delivered again, with a new ack id: the old one is stale
+                return m.handle
+
+            def dead_letters() -> SubscriptionDriver:
+                return open_driver(driver.dead_letter_url()).subscription()  # type: ignore[no-any-return]
+
+            try:
+                yield Case(
+                    "pubsub", driver, driver.topic(), driver.subscription(), native_publish, native_receive,
+                    stale_handle, dead_letters,
+                )  # fmt: skip
+            finally:
+                driver.close()
+                publisher.stop()
+                subscriber.close()
+        base.close()
+
+
 # ------------------------------------------------------------------ the tests
-CASES = {"sqs": (sqs_case, "moto_server"), "azqueue": (azqueue_case, "azurite")}
+CASES = {"sqs": (sqs_case, "moto_server"), "azqueue": (azqueue_case, "azurite"), "pubsub": (pubsub_case, "pubsub_emulator")}
 
 
 @pytest.fixture(params=sorted(CASES))
