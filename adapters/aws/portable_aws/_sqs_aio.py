@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from portable.driver.aio_messaging import AsyncSubscriptionDriver, AsyncTopicDriver
 from portable.driver.messaging import OutgoingMessage, ReceivedMessage
 from portable.driver.threads import run_blocking
+from portable.errors import Unavailable
 
 from ._aws import boto_config_kwargs
 from .sqs import batch_outcomes
@@ -68,7 +69,8 @@ class PerLoop(Generic[C]):
     on, and a driver may be awaited from several loops (``portable.testing.faces``
     runs each on a private loop thread). Concurrent first calls on one loop
     share one making. :meth:`aclose` closes the calling loop's client and those
-    of other loops still running; a stopped loop took its sockets with it.
+    of other loops still running (a stopped loop's cannot be); after it, a call
+    raises Unavailable: a closed driver never opens a client again.
     """
 
     def __init__(self, make: Callable[[], Awaitable[C]], close: Callable[[C], Awaitable[object]]) -> None:
@@ -76,6 +78,7 @@ class PerLoop(Generic[C]):
         self._close = close
         self._tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[C]] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -89,6 +92,8 @@ class PerLoop(Generic[C]):
         with self._lock:
             task = self._tasks.get(loop)
             if task is None:
+                if self._closed:
+                    raise Unavailable("this async driver is closed (aclose was called)")
                 task = self._tasks[loop] = loop.create_task(self._new())
         if task.done() and not task.cancelled() and task.exception() is None:
             return task.result()  # the common case: no shield, no new future
@@ -109,6 +114,7 @@ class PerLoop(Generic[C]):
         """Close the calling loop's client and those of other loops still running."""
         with self._lock:
             tasks, self._tasks = self._tasks, {}
+            self._closed = True
         here = asyncio.get_running_loop()
         for loop, task in tasks.items():
             if loop is here:

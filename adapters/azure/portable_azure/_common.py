@@ -29,7 +29,7 @@ from portable.driver.naming import (
     check_azure_container_or_queue_name,
     reject_azure_inline_secrets,
 )
-from portable.errors import ErrorCode, PortableError
+from portable.errors import ErrorCode, PortableError, Unavailable
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
@@ -199,7 +199,8 @@ class PerLoop(Generic[C]):
     on, and a driver may be awaited from several loops (``portable.testing.faces``
     runs each on a private loop thread). Concurrent first calls on one loop
     share one making. :meth:`aclose` closes the calling loop's client and those
-    of other loops still running; a stopped loop took its sockets with it.
+    of other loops still running (a stopped loop's cannot be); after it, a call
+    raises Unavailable: a closed driver never opens a client again.
     """
 
     def __init__(self, make: Callable[[], Awaitable[C]], close: Callable[[C], Awaitable[object]]) -> None:
@@ -207,6 +208,7 @@ class PerLoop(Generic[C]):
         self._close = close
         self._tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[C]] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -220,6 +222,8 @@ class PerLoop(Generic[C]):
         with self._lock:
             task = self._tasks.get(loop)
             if task is None:
+                if self._closed:
+                    raise Unavailable("this async driver is closed (aclose was called)")
                 task = self._tasks[loop] = loop.create_task(self._new())
         if task.done() and not task.cancelled() and task.exception() is None:
             return task.result()  # the common case: no shield, no new future
@@ -240,6 +244,7 @@ class PerLoop(Generic[C]):
         """Close the calling loop's client and those of other loops still running."""
         with self._lock:
             tasks, self._tasks = self._tasks, {}
+            self._closed = True
         here = asyncio.get_running_loop()
         for loop, task in tasks.items():
             if loop is here:
