@@ -32,7 +32,7 @@ from portable.driver.messaging import (
     SubscriptionDriver,
     TopicDriver,
 )
-from portable.errors import ErrorCode
+from portable.errors import ErrorCode, Unavailable
 from portable.messaging import open_driver
 
 R = TypeVar("R")
@@ -404,6 +404,8 @@ def test_one_client_per_loop_closed_by_aclose(case: Case) -> None:
         assert len(clients) == 2  # this loop's, and the other loop's
         await sub.aclose()  # closes both: the other loop still runs
         assert len(clients) == 0
+        with pytest.raises(Unavailable):  # closed for good: no client is made again
+            await sub.receive(1, 0.0, case.lease)
 
     other = asyncio.new_event_loop()
     runner = threading.Thread(target=other.run_forever, name="other-loop")
