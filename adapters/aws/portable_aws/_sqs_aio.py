@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from portable.driver.aio_messaging import AsyncSubscriptionDriver, AsyncTopicDriver
+from portable.driver.aio_messaging import AsyncQueueDriver
 from portable.driver.messaging import OutgoingMessage, ReceivedMessage
 from portable.driver.threads import run_blocking
 from portable.errors import Unavailable
@@ -132,7 +132,7 @@ class PerLoop(Generic[C]):
         await self._close(task.result())
 
 
-class AsyncSQS(AsyncTopicDriver, AsyncSubscriptionDriver):
+class AsyncSQS(AsyncQueueDriver):
     """Both sides of an SQS queue on aiobotocore; the queue and its settings are the sync driver's."""
 
     native = True

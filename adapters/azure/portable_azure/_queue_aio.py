@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from portable.driver.aio_messaging import AsyncSubscriptionDriver, AsyncTopicDriver
+from portable.driver.aio_messaging import AsyncQueueDriver
 from portable.driver.messaging import OutgoingMessage, ReceivedMessage
 from portable.driver.threads import run_blocking
 from portable.errors import ConfigError
@@ -56,7 +56,7 @@ class _Clients:
     credential: Any  # one this driver made (azure.identity.aio), closed with the clients; else None
 
 
-class AsyncStorageQueue(AsyncTopicDriver, AsyncSubscriptionDriver):
+class AsyncStorageQueue(AsyncQueueDriver):
     """Both sides of an Azure Storage queue on the SDK's aio clients; the settings are the sync driver's."""
 
     native = True

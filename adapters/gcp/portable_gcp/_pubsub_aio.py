@@ -40,7 +40,7 @@ import google.api_core.exceptions as gexc
 import google.auth.exceptions
 from google.pubsub_v1 import types as pubsub_types
 
-from portable.driver.aio_messaging import AsyncSubscriptionDriver, AsyncTopicDriver
+from portable.driver.aio_messaging import AsyncQueueDriver
 from portable.driver.messaging import OutgoingMessage, ReceivedMessage
 from portable.errors import Unavailable
 
@@ -64,7 +64,7 @@ class _Clients:
     channel: Any  # the emulator's grpc.aio channel, or None (the clients own theirs)
 
 
-class AsyncPubSub(AsyncTopicDriver, AsyncSubscriptionDriver):
+class AsyncPubSub(AsyncQueueDriver):
     """A Pub/Sub topic and/or subscription on the async GAPIC clients; paths and settings are the sync driver's."""
 
     native = True
