@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -446,3 +447,32 @@ def test_a_cancelled_receive_loses_no_message(case: Case) -> None:
             await sub.aclose()
 
     run(body)
+
+
+def test_a_missing_capability_is_the_sync_unsupported(case: Case, unique_name: str) -> None:
+    """Dead-lettering where there is no native destination raises the sync face's Unsupported, before any request."""
+    from portable.errors import Unsupported
+
+    # the dead-letter destination has none of its own: SQS's redrive target has no redrive policy,
+    # Azure's poison queue opens with poison_queue=none, Pub/Sub's dead-letter subscription no policy
+    url = case.sub.dead_letter_url()
+    assert url is not None
+    side: Any = open_driver(url).subscription()
+    try:
+        message = ReceivedMessage("id-1", b"x", {}, None, dt.datetime.now(dt.UTC), 1, "handle")
+        with pytest.raises(Unsupported) as sync_error:
+            side.dead_letter(message, "poison")
+
+        async def dead_letter() -> None:
+            aside = side.async_driver()
+            try:
+                assert aside.native
+                await aside.dead_letter(message, "poison")
+            finally:
+                await aside.aclose()
+
+        with pytest.raises(Unsupported) as async_error:
+            run(dead_letter)
+        assert str(async_error.value) == str(sync_error.value)
+    finally:
+        side.close()
