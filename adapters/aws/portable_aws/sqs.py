@@ -101,6 +101,7 @@ Known differences:
       FIFO groups exactly as AWS does; the adapter tests run on it.
 """
 
+# mypy: disable-error-code="import-untyped"
 from __future__ import annotations
 
 import contextlib
@@ -207,6 +208,13 @@ class _SQSPublishing(TopicDriver):
     _queue_url: str | None
     _recent: OrderedDict[str, tuple[str, float]]
     _recent_lock: threading.Lock
+    _queue_max: int
+    scheme: str
+
+    if TYPE_CHECKING:
+
+        @property
+        def queue_url(self) -> str: ...  # SQSMessaging's: looked up on first use
 
     def _entry(self, message: OutgoingMessage) -> tuple[dict[str, Any], int]:
         """SendMessage arguments for ``message`` and its size as SQS counts it."""
