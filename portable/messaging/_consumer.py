@@ -26,27 +26,12 @@ from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
 from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..errors import PortableError, PreconditionFailed
-from ._handling import (
-    ACK,
-    CLAIM,
-    COMPLETE,
-    FORGET,
-    GIVE_BACK,
-    HANDLE,
-    MOVE,
-    NACK,
-    RELEASE,
-    TRANSACT,
-    Effect,
-    Holding,
-    MessageScript,
-    RunOptions,
-    drive,
-)
+from ._handling import Effect, Holding, MessageScript, RunOptions, drive
 from ._message import Message, MessageSettler
 
 if TYPE_CHECKING:
     from ._subscription import Subscription
+    from ._topic import Topic
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
@@ -192,21 +177,11 @@ class RunClaims:
 
     def complete(self, message: Message, result: bytes | None) -> None:
         """Record that ``message``'s handler ran, with ``result``, if its key was claimed here."""
-        held = self.forget_held(message)
-        if held is not None:
-            try:
-                self.store.complete(held[0], held[1], result)
-            except Exception as exc:
-                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
+        self.complete_held(message, self.forget_held(message), result)
 
     def release(self, message: Message) -> None:
         """Give ``message``'s key back after its handler failed, if it was claimed here."""
-        held = self.forget_held(message)
-        if held is not None:
-            try:
-                self.store.release(held[0], held[1])
-            except Exception as exc:
-                log.warning("could not release idempotency key of message %s: %s", message.id, exc)
+        self.release_held(message, self.forget_held(message))
 
     def forget(self, message: Message) -> None:
         """Give ``message``'s key up with its counts (it was dead-lettered), if it was claimed here.
@@ -214,7 +189,29 @@ class RunClaims:
         A redriven copy is then counted from its first start. A store without
         ``forget`` gets ``release``.
         """
-        held = self.forget_held(message)
+        self.forget_claim(message, self.forget_held(message))
+
+    # The *_held forms take the claim already taken off the table (``forget_held``), so that
+    # a caller that must not race another's bookkeeping (the async loop, whose store calls run
+    # in the pool after the task may have moved on) takes it first, then calls the store.
+    def complete_held(self, message: Message, held: list[Any] | None, result: bytes | None) -> None:
+        """:meth:`complete` for a claim ``held`` already taken off the table (None: nothing to do)."""
+        if held is not None:
+            try:
+                self.store.complete(held[0], held[1], result)
+            except Exception as exc:
+                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
+
+    def release_held(self, message: Message, held: list[Any] | None) -> None:
+        """:meth:`release` for a claim ``held`` already taken off the table (None: nothing to do)."""
+        if held is not None:
+            try:
+                self.store.release(held[0], held[1])
+            except Exception as exc:
+                log.warning("could not release idempotency key of message %s: %s", message.id, exc)
+
+    def forget_claim(self, message: Message, held: list[Any] | None) -> None:
+        """:meth:`forget` for a claim ``held`` already taken off the table (None: nothing to do)."""
         if held is not None:
             forget = getattr(self.store, "forget", None) or self.store.release
             try:
@@ -405,36 +402,47 @@ class ConsumerLoop:
 
     def _effect(self, effect: Effect) -> Any:
         """Make one call the script asks for (see :mod:`portable.messaging._handling`)."""
-        op, message = effect[0], effect[1]
-        claims = self.claims
-        if op is HANDLE:
-            return self.handler(message)
-        if op is ACK:
-            return message.ack()
-        if op is NACK:
-            return message.nack(effect[2])
-        if op is MOVE:
-            return self.settler.move_to_dead_letter(message, effect[2], effect[3])
-        if op is GIVE_BACK:
-            return self._release(message)
-        assert claims is not None
-        if op is CLAIM:
-            return claims.claim(message, effect[2])
-        if op is COMPLETE:
-            return claims.complete(message, effect[2])
-        if op is RELEASE:
-            return claims.release(message)
-        if op is FORGET:
-            return claims.forget(message)
-        if op is TRANSACT:
-            transactional = self.options.transactional
-            assert transactional is not None
-            if self.options.store_locks:
-                claims.hold_without_extending(message)
-            result = transactional.run_claimed(message, effect[2], effect[3])
-            claims.forget_held(message)  # completed with the commit
-            return result
-        raise AssertionError(f"unknown effect {op!r}")
+        return getattr(self, f"_do_{effect[0]}")(*effect[1:])
+
+    def _do_handle(self, message: Message) -> Any:
+        return self.handler(message)
+
+    def _do_ack(self, message: Message) -> None:
+        message.ack()
+
+    def _do_nack(self, message: Message, delay: float) -> None:
+        message.nack(delay)
+
+    def _do_move(self, message: Message, reason: str, target: Topic | None) -> None:
+        self.settler.move_to_dead_letter(message, reason, target)
+
+    def _do_give_back(self, message: Message) -> None:
+        self._release(message)
+
+    def _do_claim(self, message: Message, key: str) -> Claim:
+        assert self.claims is not None
+        return self.claims.claim(message, key)
+
+    def _do_complete(self, message: Message, result: bytes | None) -> None:
+        assert self.claims is not None
+        self.claims.complete(message, result)
+
+    def _do_release(self, message: Message) -> None:
+        assert self.claims is not None
+        self.claims.release(message)
+
+    def _do_forget(self, message: Message) -> None:
+        assert self.claims is not None
+        self.claims.forget(message)
+
+    def _do_transact(self, message: Message, key: str, token: str) -> Any:
+        transactional, claims = self.options.transactional, self.claims
+        assert transactional is not None and claims is not None
+        if self.options.store_locks:
+            claims.hold_without_extending(message)
+        result = transactional.run_claimed(message, key, token)
+        claims.forget_held(message)  # completed with the commit
+        return result
 
 
 def keeper_interval(lease: float) -> float:
