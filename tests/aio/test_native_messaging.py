@@ -53,6 +53,7 @@ class Case:
     """One engine on its emulator: the sync sides, and what its own client sends and sees."""
 
     name: str
+    url: str
     driver: MessagingDriver
     topic: TopicDriver
     sub: SubscriptionDriver
@@ -145,6 +146,7 @@ def sqs_case(moto_server: Any, name: str) -> Iterator[Case]:
             try:
                 yield Case(
                     "sqs",
+                    url,
                     driver,
                     driver.topic(),
                     driver.subscription(),
@@ -199,7 +201,7 @@ def azqueue_case(azurite: Any, name: str) -> Iterator[Case]:
 
             try:
                 yield Case(
-                    "azqueue", driver, driver.topic(), driver.subscription(), native_publish, native_receive,
+                    "azqueue", url, driver, driver.topic(), driver.subscription(), native_publish, native_receive,
                     stale_handle, dead_letters, native_attributes={},
                 )  # fmt: skip
             finally:
@@ -247,7 +249,7 @@ def pubsub_case(emulator: Any, name: str) -> Iterator[Case]:
 
             try:
                 yield Case(
-                    "pubsub", driver, driver.topic(), driver.subscription(), native_publish, native_receive,
+                    "pubsub", url, driver, driver.topic(), driver.subscription(), native_publish, native_receive,
                     stale_handle, dead_letters,
                 )  # fmt: skip
             finally:
@@ -476,3 +478,10 @@ def test_a_missing_capability_is_the_sync_unsupported(case: Case, unique_name: s
         assert str(async_error.value) == str(sync_error.value)
     finally:
         side.close()
+
+
+def test_run_cancelled_at_random_points_handles_every_message_once(case: Case) -> None:
+    """tests/aio/test_consumer.py's seeded random cancels of ``run()``, on this native engine's queue."""
+    import test_consumer  # tests/aio/test_consumer.py: one test body, run here on each emulator
+
+    test_consumer.test_run_cancelled_at_random_points_handles_every_message_once(case.url)
