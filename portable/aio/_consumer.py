@@ -130,8 +130,9 @@ class AsyncConsumerLoop:
                     await self._receive_loop()
                 except asyncio.CancelledError:
                     cancelled = True
-                self.stop.set()
-                await self._drain_shielded()
+                finally:  # whatever ended the loop, what it holds is drained and settled
+                    self.stop.set()
+                    await self._drain_shielded()
         except asyncio.CancelledError:
             cancelled = True
         finally:
