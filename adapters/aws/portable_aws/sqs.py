@@ -101,6 +101,7 @@ Known differences:
       FIFO groups exactly as AWS does; the adapter tests run on it.
 """
 
+# mypy: disable-error-code="import-untyped"
 from __future__ import annotations
 
 import contextlib
@@ -114,7 +115,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from portable.driver.messaging import (
     MessagingCapabilities,
@@ -137,7 +138,10 @@ from ._aws import (
     new_client,
 )
 
-__all__ = ["SQSMessaging", "check_queue_name"]
+if TYPE_CHECKING:
+    from ._sqs_aio import AsyncSQS
+
+__all__ = ["SQSMessaging", "batch_outcomes", "check_queue_name"]
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _ACCOUNT = re.compile(r"^\d{12}$")
@@ -204,6 +208,13 @@ class _SQSPublishing(TopicDriver):
     _queue_url: str | None
     _recent: OrderedDict[str, tuple[str, float]]
     _recent_lock: threading.Lock
+    _queue_max: int
+    scheme: str
+
+    if TYPE_CHECKING:
+
+        @property
+        def queue_url(self) -> str: ...  # SQSMessaging's: looked up on first use
 
     def _entry(self, message: OutgoingMessage) -> tuple[dict[str, Any], int]:
         """SendMessage arguments for ``message`` and its size as SQS counts it."""
@@ -259,20 +270,31 @@ class _SQSPublishing(TopicDriver):
             while len(self._recent) > 10_000:
                 self._recent.popitem(last=False)
 
-    def publish(self, message: OutgoingMessage) -> str:
-        entry, _size = self._entry(message)
+    def _published(self, message: OutgoingMessage, message_id: str) -> str:
+        """The id to report for ``message`` once SQS answered ``message_id``: the first one for a FIFO repeat."""
         known = self._remembered(message)
-        resp = self.client.send_message(QueueUrl=self._queue_url or self.queue_url, **entry)
-        message_id: str = resp["MessageId"]
         if known is not None:
             return known
         self._remember(message, message_id)
         return message_id
 
-    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
-        items = list(messages)
+    def publish(self, message: OutgoingMessage) -> str:
+        entry, _size = self._entry(message)
+        resp = self.client.send_message(QueueUrl=self._queue_url or self.queue_url, **entry)
+        return self._published(message, resp["MessageId"])
+
+    def _plan_batches(
+        self, items: list[OutgoingMessage]
+    ) -> tuple[list[str | BaseException | None], list[list[dict[str, Any]]]]:
+        """The SendMessageBatch requests for ``items``: (outcomes so far, entries per request).
+
+        Each entry's ``Id`` is its index in ``items``; a message too large on its own
+        is judged at once (its outcome is the TooLarge), the rest are ``None`` until sent.
+        Requests hold at most 10 entries and 256 KiB.
+        """
         out: list[str | BaseException | None] = [None] * len(items)
-        batch: list[tuple[int, dict[str, Any]]] = []
+        batches: list[list[dict[str, Any]]] = []
+        batch: list[dict[str, Any]] = []
         batch_bytes = 0
         for i, message in enumerate(items):
             try:
@@ -281,27 +303,21 @@ class _SQSPublishing(TopicDriver):
                 out[i] = exc
                 continue
             if batch and (len(batch) == 10 or batch_bytes + size > _BATCH_BYTES):
-                self._send_batch(items, batch, out)
+                batches.append(batch)
                 batch, batch_bytes = [], 0
-            batch.append((i, entry))
+            batch.append({"Id": str(i), **entry})
             batch_bytes += size
         if batch:
-            self._send_batch(items, batch, out)
-        return [r if r is not None else RuntimeError("no result") for r in out]
+            batches.append(batch)
+        return out, batches
 
-    def _send_batch(
-        self, items: list[OutgoingMessage], batch: list[tuple[int, dict[str, Any]]], out: list[Any]
-    ) -> None:
+    def _batch_sent(self, items: list[OutgoingMessage], resp: dict[str, Any], out: list[Any]) -> None:
+        """Record a SendMessageBatch answer's per-entry outcomes in ``out``."""
         from botocore.exceptions import ClientError
 
-        entries = [{"Id": str(i), **entry} for i, entry in batch]
-        resp = self.client.send_message_batch(QueueUrl=self._queue_url or self.queue_url, Entries=entries)
         for ok in resp.get("Successful", ()):
             i = int(ok["Id"])
-            known = self._remembered(items[i])
-            out[i] = known or ok["MessageId"]
-            if known is None:
-                self._remember(items[i], ok["MessageId"])
+            out[i] = self._published(items[i], ok["MessageId"])
         for failed in resp.get("Failed", ()):
             status = 400 if failed.get("SenderFault") else 500
             out[int(failed["Id"])] = ClientError(
@@ -311,6 +327,19 @@ class _SQSPublishing(TopicDriver):
                 },
                 "SendMessageBatch",
             )
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        items = list(messages)
+        out, batches = self._plan_batches(items)
+        for entries in batches:
+            resp = self.client.send_message_batch(QueueUrl=self._queue_url or self.queue_url, Entries=entries)
+            self._batch_sent(items, resp, out)
+        return batch_outcomes(out)
+
+
+def batch_outcomes(out: list[Any]) -> list[Any]:
+    """``out`` with every undecided (None) outcome reported as an error."""
+    return [r if r is not None else RuntimeError("no result") for r in out]
 
 
 class SQSClassifier(AWSClassifier):
@@ -432,20 +461,30 @@ class SQSMessaging(BotoClientOwner, SQSClassifier, _SQSPublishing, MessagingDriv
         self._open()
         return self
 
+    def async_driver(self) -> AsyncSQS:
+        """Both sides on aiobotocore, on the event loop (:mod:`portable_aws._sqs_aio`)."""
+        from ._sqs_aio import AsyncSQS
+
+        return AsyncSQS(self)
+
     def subscription(self) -> SQSMessaging:
         self._open()
         return self
 
     # -- receiving -------------------------------------------------------
+    def _receive_request(self, max_messages: int, wait: float, lease: float) -> dict[str, Any]:
+        """ReceiveMessage's arguments (both faces send exactly these)."""
+        return {
+            "QueueUrl": self._queue_url or self.queue_url,
+            "MaxNumberOfMessages": max_messages,
+            "WaitTimeSeconds": min(20, math.ceil(wait)),
+            "VisibilityTimeout": math.ceil(lease),
+            "MessageAttributeNames": ["All"],
+            "MessageSystemAttributeNames": _SYSTEM_ATTRIBUTES,
+        }
+
     def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
-        resp = self.client.receive_message(
-            QueueUrl=self._queue_url or self.queue_url,
-            MaxNumberOfMessages=max_messages,
-            WaitTimeSeconds=min(20, math.ceil(wait)),
-            VisibilityTimeout=math.ceil(lease),
-            MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=_SYSTEM_ATTRIBUTES,
-        )
+        resp = self.client.receive_message(**self._receive_request(max_messages, wait, lease))
         return [self._received(m) for m in resp.get("Messages", ())]
 
     def _received(self, raw: dict[str, Any]) -> ReceivedMessage:
@@ -487,25 +526,36 @@ class SQSMessaging(BotoClientOwner, SQSClassifier, _SQSPublishing, MessagingDriv
     def ack(self, handle: Any) -> None:
         self.client.delete_message(QueueUrl=self._queue_url or self.queue_url, ReceiptHandle=handle)
 
-    def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
+    @staticmethod
+    def _ack_batches(items: list[Any]) -> list[list[dict[str, str]]]:
+        """DeleteMessageBatch entries for ``items``, 10 a request; each ``Id`` is the handle's index."""
+        return [
+            [{"Id": str(start + j), "ReceiptHandle": h} for j, h in enumerate(items[start : start + 10])]
+            for start in range(0, len(items), 10)
+        ]
+
+    @staticmethod
+    def _acks_failed(resp: dict[str, Any], out: list[BaseException | None]) -> None:
+        """Record a DeleteMessageBatch answer's failed entries in ``out``."""
         from botocore.exceptions import ClientError
 
+        for failed in resp.get("Failed", ()):
+            out[int(failed["Id"])] = ClientError(
+                {"Error": {"Code": failed.get("Code", ""), "Message": failed.get("Message", "")}},
+                "DeleteMessageBatch",
+            )
+
+    def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
         items = list(handles)
         out: list[BaseException | None] = [None] * len(items)
-        for start in range(0, len(items), 10):
-            chunk = items[start : start + 10]
-            entries = [{"Id": str(start + j), "ReceiptHandle": h} for j, h in enumerate(chunk)]
+        for entries in self._ack_batches(items):
             try:
                 resp = self.client.delete_message_batch(QueueUrl=self._queue_url or self.queue_url, Entries=entries)
             except Exception as exc:
-                for j in range(len(chunk)):
-                    out[start + j] = exc
+                for entry in entries:
+                    out[int(entry["Id"])] = exc
                 continue
-            for failed in resp.get("Failed", ()):
-                out[int(failed["Id"])] = ClientError(
-                    {"Error": {"Code": failed.get("Code", ""), "Message": failed.get("Message", "")}},
-                    "DeleteMessageBatch",
-                )
+            self._acks_failed(resp, out)
         return out
 
     def nack(self, handle: Any, delay: float) -> None:
@@ -528,16 +578,18 @@ class SQSMessaging(BotoClientOwner, SQSClassifier, _SQSPublishing, MessagingDriv
         parts = arn.split(":")
         return parts[-1], (parts[3] if len(parts) > 3 and parts[3] else None)
 
-    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+    def _dead_letter_request(self, message: ReceivedMessage, reason: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(GetQueueUrl arguments of the redrive target, SendMessage arguments of the moved copy).
+
+        Only called with a redrive target (``native_dead_letter``).
+        """
         target = self._dead_letter_name()
-        if target is None:
-            return super().dead_letter(message, reason)
+        assert target is not None
         name, _region = target
         account = self._dead_letter_arn.split(":")[4] if self._dead_letter_arn else None
-        kwargs: dict[str, Any] = {"QueueName": name}
+        lookup: dict[str, Any] = {"QueueName": name}
         if account:
-            kwargs["QueueOwnerAWSAccountId"] = account
-        dlq_url = self.client.get_queue_url(**kwargs)["QueueUrl"]
+            lookup["QueueOwnerAWSAccountId"] = account
         attributes = dict(message.attributes)
         # Binary attributes are in headers only: the moved copy keeps them as Binary
         binary = {n: v for n, v in message.headers if n not in attributes and n != BODY_ATTRIBUTE}
@@ -558,6 +610,13 @@ class SQSMessaging(BotoClientOwner, SQSClassifier, _SQSPublishing, MessagingDriv
             entry["MessageDeduplicationId"] = message.id
         else:
             entry.pop("MessageDeduplicationId", None)
+        return lookup, entry
+
+    def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        if self._dead_letter_name() is None:
+            return super().dead_letter(message, reason)
+        lookup, entry = self._dead_letter_request(message, reason)
+        dlq_url = self.client.get_queue_url(**lookup)["QueueUrl"]
         self.client.send_message(QueueUrl=dlq_url, **entry)
         self.ack(message.handle)
         return None

@@ -135,7 +135,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from portable.driver.messaging import (
     DEAD_LETTER_REASON,
@@ -166,6 +166,9 @@ from ._common import (
     resolve_auth,
 )
 
+if TYPE_CHECKING:
+    from ._queue_aio import AsyncStorageQueue
+
 __all__ = ["StorageQueueMessaging", "decode_message", "encode_message"]
 
 #: Azure's limit on a message's text.
@@ -178,7 +181,8 @@ ENVELOPE_PREFIX = b"portable/"
 _CHECKSUM_HEX = 16
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _MAX_LEASE = 7 * 24 * 3600.0
-_PUBLISH_THREADS = 8
+#: How many messages a publish_batch sends at once (Azure has no batch send), on either face.
+PUBLISH_AT_ONCE = 8
 
 log = logging.getLogger("portable.azure")
 
@@ -291,6 +295,13 @@ def decode_message(text: str, encoding: str, envelope: str = "auto") -> tuple[by
     return unwrapped if unwrapped is not None else (raw, {}, None)
 
 
+def _pauses(until: float, longest: float) -> Iterator[float]:
+    pause = 0.05
+    while (now := time.monotonic()) < until:
+        yield min(pause, until - now)
+        pause = min(pause * 2, longest)
+
+
 def _text_size(text: str, encoding: str) -> int:
     return len(text) if encoding == "base64" else len(text.encode("utf-8"))
 
@@ -332,15 +343,23 @@ class _QueuePublishing:
     def _publisher(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(_PUBLISH_THREADS, thread_name_prefix="azqueue-publish")
+                self._pool = ThreadPoolExecutor(PUBLISH_AT_ONCE, thread_name_prefix="azqueue-publish")
             return self._pool
 
-    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
-        items = list(messages)
-        texts = [self._text(m) for m in items]  # every size is checked before anything is sent
+    def _plan_batch(self, items: list[OutgoingMessage]) -> tuple[list[str], list[list[int]]]:
+        """(each message's text, the indexes of each key's messages in order): what both faces send.
+
+        Every size is checked before anything is sent; a message without a key is a group of its own.
+        """
+        texts = [self._text(m) for m in items]
         groups: dict[object, list[int]] = {}
         for i, m in enumerate(items):
             groups.setdefault(m.key if m.key is not None else ("", i), []).append(i)
+        return texts, list(groups.values())
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        items = list(messages)
+        texts, groups = self._plan_batch(items)
         results: list[str | BaseException] = [RuntimeError("not sent")] * len(items)
 
         def send_group(indexes: list[int]) -> None:
@@ -357,9 +376,9 @@ class _QueuePublishing:
                     results[i] = failed = exc
 
         if len(groups) == 1:
-            send_group(next(iter(groups.values())))
+            send_group(groups[0])
         else:
-            list(self._publisher().map(send_group, groups.values()))
+            list(self._publisher().map(send_group, groups))
         return results
 
 
@@ -514,6 +533,12 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
     def subscription(self) -> StorageQueueMessaging:
         return self
 
+    def async_driver(self) -> AsyncStorageQueue:
+        """Both sides on ``azure.storage.queue.aio``, on the event loop (:mod:`portable_azure._queue_aio`)."""
+        from ._queue_aio import AsyncStorageQueue
+
+        return AsyncStorageQueue(self)
+
     # -- plumbing ----------------------------------------------------------
     def _kw(self) -> dict[str, Any]:
         return request_timeouts(self._timeout, self._connection_timeout)
@@ -534,44 +559,62 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
         return f"azqueue://{self.auth.account}/{queue}" + (f"?{query}" if query else "")
 
     # -- receiving -----------------------------------------------------------
-    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
-        visibility = max(1, math.ceil(lease))
+    def _polls(self, wait: float) -> Iterator[float]:
+        """The pauses between the polls of a ``receive(wait=)``: Azure has no long poll.
+
+        50 ms, doubling up to ``max_poll_interval``, until ``wait`` (or the portable
+        deadline in force, counted from this call) runs out. The caller polls once,
+        then once after each pause.
+        """
         until = time.monotonic() + wait
         left = attempt_timeout()
         if left is not None:
             until = min(until, time.monotonic() + left)
-        pause = 0.05
-        while True:
-            got = self._receive_once(max_messages, visibility)
-            now = time.monotonic()
-            if got or now >= until:
-                return got
-            time.sleep(min(pause, until - now))  # Azure has no long poll
-            pause = min(pause * 2, self._max_poll)
+        return _pauses(until, self._max_poll)
 
-    def _receive_once(self, max_messages: int, visibility: int) -> list[ReceivedMessage]:
+    def _receive_request(self, max_messages: int, lease: float) -> dict[str, Any]:
+        """Get Messages' arguments (both faces send exactly these)."""
+        return {
+            "messages_per_page": max_messages,
+            "max_messages": max_messages,
+            "visibility_timeout": max(1, math.ceil(lease)),
+            **self._kw(),
+        }
+
+    def _delivery(self, item: Any) -> ReceivedMessage:
+        """The delivery of a received ``QueueMessage``. ConfigError if its text does not fit the encoding."""
+        body, attributes, key = decode_message(item.content or "", self.encoding, self.envelope)
+        return ReceivedMessage(
+            id=item.id,
+            body=body,
+            attributes=attributes,
+            key=key,
+            publish_time=item.inserted_on or dt.datetime.now(dt.UTC),
+            delivery_attempt=max(1, int(item.dequeue_count or 1)),
+            handle=(item.id, item.pop_receipt),
+        )
+
+    def _sort(self, item: Any, out: list[ReceivedMessage], misfits: list[tuple[Any, ConfigError]]) -> None:
+        """Append ``item``'s delivery to ``out``, or ``item`` to ``misfits`` (see :meth:`_set_aside`)."""
+        try:
+            out.append(self._delivery(item))
+        except ConfigError as exc:
+            misfits.append((item, exc))
+
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+        polls = self._polls(wait)
+        while True:
+            got = self._receive_once(max_messages, lease)
+            pause = next(polls, None)
+            if got or pause is None:
+                return got
+            time.sleep(pause)
+
+    def _receive_once(self, max_messages: int, lease: float) -> list[ReceivedMessage]:
         out: list[ReceivedMessage] = []
         misfits: list[tuple[Any, ConfigError]] = []
-        pages = self._client.receive_messages(
-            messages_per_page=max_messages, max_messages=max_messages, visibility_timeout=visibility, **self._kw()
-        )
-        for item in pages:
-            try:
-                body, attributes, key = decode_message(item.content or "", self.encoding, self.envelope)
-            except ConfigError as exc:
-                misfits.append((item, exc))
-                continue
-            out.append(
-                ReceivedMessage(
-                    id=item.id,
-                    body=body,
-                    attributes=attributes,
-                    key=key,
-                    publish_time=item.inserted_on or dt.datetime.now(dt.UTC),
-                    delivery_attempt=max(1, int(item.dequeue_count or 1)),
-                    handle=(item.id, item.pop_receipt),
-                )
-            )
+        for item in self._client.receive_messages(**self._receive_request(max_messages, lease)):
+            self._sort(item, out, misfits)
         if misfits:
             self._set_aside(misfits, out)
         return out
@@ -640,13 +683,20 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
 
     # -- dead letters ----------------------------------------------------------
     def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        self._move_to_poison(self._poison_text(message, reason), message.handle)
+
+    def _poison_text(self, message: ReceivedMessage, reason: str) -> str:
+        """The text of ``message``'s copy in the poison queue, with the dead-letter attributes and ``reason``.
+
+        Raises:
+            Unsupported: there is no poison queue (before any request).
+        """
         if self._poison_client is None:
             raise Unsupported(f"{self.endpoint} has no poison queue (poison_queue=none)", provider=self.scheme)
         if self.envelope == "never":
             # Bare bodies: the reason cannot travel with the message, so it is logged.
             log.warning("message %s dead-lettered to %s: %s", message.id, self.poison_queue, reason)
-            self._move_to_poison(encode_message(message.body, {}, None, self.encoding, "never"), message.handle)
-            return
+            return encode_message(message.body, {}, None, self.encoding, "never")
         attributes = dict(message.attributes)
         attributes.update(
             {
@@ -661,7 +711,7 @@ class StorageQueueMessaging(_QueuePublishing, AzureClassifier, MessagingDriver, 
             text = encode_message(message.body, attributes, message.key, self.encoding)
             if _text_size(text, self.encoding) <= MAX_TEXT:
                 break
-        self._move_to_poison(text, message.handle)
+        return text
 
     def _move_to_poison(self, text: str, handle: Any) -> None:
         """Send ``text`` to the poison queue (created on first use, as Azure Functions does), then ack ``handle``."""

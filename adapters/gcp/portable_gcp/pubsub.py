@@ -114,7 +114,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import google.api_core.exceptions as gexc
@@ -149,7 +149,10 @@ from portable.urls import ParsedURL
 
 from . import _google
 
-__all__ = ["PubSubMessaging", "check_resource_name"]
+if TYPE_CHECKING:
+    from ._pubsub_aio import AsyncPubSub
+
+__all__ = ["PubSubMessaging", "acks_failed", "check_resource_name"]
 
 GOOGLE_ENDPOINT = "pubsub.googleapis.com"
 MAX_LEASE_SECONDS = 600.0
@@ -212,38 +215,57 @@ class _PubSubReceiving:
     _url: Callable[..., str]
     _publish_raw: Callable[[str, list[Any]], list[str]]
 
-    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+    def _pull(self, max_messages: int, until: float) -> tuple[dict[str, Any], bool]:
+        """(Pull's arguments, whether the pull is bounded by ``until``): what both faces send.
+
+        A pull with time left waits (up to the rest of ``wait``); one without
+        returns at once.
+        """
         assert self._sub_path is not None
-        until = time.monotonic() + wait
+        left = until - time.monotonic()
+        bounded = left > 0
+        request = {"subscription": self._sub_path, "max_messages": max_messages, "return_immediately": not bounded}
+        timeout = min(self._rpc_timeout(), left) if bounded else self._rpc_timeout()
+        return {"request": request, "retry": None, "timeout": timeout}, bounded
+
+    @staticmethod
+    def _wait_ran_out(bounded: bool, until: float) -> bool:
+        """Whether a DeadlineExceeded of a pull only means the wait ran out with nothing to deliver."""
+        return bounded and time.monotonic() >= until - 0.05
+
+    @staticmethod
+    def _pauses(until: float) -> Iterator[float]:
+        """The pauses between empty pulls until ``until``: the emulator answers an empty pull at once."""
         pause = 0.02
+        while (left := until - time.monotonic()) > 0:
+            yield min(pause, left)
+            pause = min(pause * 2, 0.25)
+
+    def _lease_to_set(self, lease: float) -> int | None:
+        """The ack deadline to set right after a pull for ``lease``, or None when it is the subscription's own."""
+        seconds = math.ceil(lease)
+        return None if seconds == self._ack_deadline else seconds
+
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+        until = time.monotonic() + wait
+        pauses = self._pauses(until)
         while True:
-            left = until - time.monotonic()
-            bounded = left > 0
+            kwargs, bounded = self._pull(max_messages, until)
             try:
-                response = self._subscriber.pull(
-                    request={
-                        "subscription": self._sub_path,
-                        "max_messages": max_messages,
-                        "return_immediately": not bounded,
-                    },
-                    retry=None,
-                    timeout=min(self._rpc_timeout(), left) if bounded else self._rpc_timeout(),
-                )
+                response = self._subscriber.pull(**kwargs)
             except gexc.DeadlineExceeded:
-                if bounded and time.monotonic() >= until - 0.05:
-                    return []  # the wait ran out with nothing to deliver
+                if self._wait_ran_out(bounded, until):
+                    return []
                 raise
             received = pubsub_types.PullResponse.pb(response).received_messages
             if received:
                 break
-            left = until - time.monotonic()
-            if left <= 0:
+            pause = next(pauses, None)
+            if pause is None:
                 return []
-            # The emulator answers an empty pull at once: space the next one out.
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, 0.25)
-        seconds = math.ceil(lease)
-        if seconds != self._ack_deadline:
+            time.sleep(pause)
+        seconds = self._lease_to_set(lease)
+        if seconds is not None:
             ack_ids = [r.ack_id for r in received]
             try:
                 self._modify(ack_ids, seconds)
@@ -269,36 +291,32 @@ class _PubSubReceiving:
             headers=tuple((name, attributes[name].encode("utf-8")) for name in sorted(attributes)),
         )
 
-    def _modify(self, ack_ids: list[str], seconds: int) -> None:
+    def _modify_request(self, ack_ids: list[str], seconds: int) -> dict[str, Any]:
+        """ModifyAckDeadline's arguments."""
         assert self._sub_path is not None
-        self._subscriber.modify_ack_deadline(
-            request={"subscription": self._sub_path, "ack_ids": ack_ids, "ack_deadline_seconds": seconds},
-            retry=None,
-            timeout=self._rpc_timeout(),
-        )
+        return {
+            "request": {"subscription": self._sub_path, "ack_ids": ack_ids, "ack_deadline_seconds": seconds},
+            "retry": None,
+            "timeout": self._rpc_timeout(),
+        }
+
+    def _ack_request(self, ack_ids: list[str]) -> dict[str, Any]:
+        """Acknowledge's arguments."""
+        assert self._sub_path is not None
+        return {"request": {"subscription": self._sub_path, "ack_ids": ack_ids}, "retry": None, "timeout": self._rpc_timeout()}
+
+    def _modify(self, ack_ids: list[str], seconds: int) -> None:
+        self._subscriber.modify_ack_deadline(**self._modify_request(ack_ids, seconds))
 
     def ack(self, handle: Any) -> None:
-        assert self._sub_path is not None
-        self._subscriber.acknowledge(
-            request={"subscription": self._sub_path, "ack_ids": [handle]},
-            retry=None,
-            timeout=self._rpc_timeout(),
-        )
+        self._subscriber.acknowledge(**self._ack_request([handle]))
 
     def ack_many(self, handles: Iterable[Any]) -> list[BaseException | None]:
-        assert self._sub_path is not None
         ids = list(handles)
         try:
-            self._subscriber.acknowledge(
-                request={"subscription": self._sub_path, "ack_ids": ids},
-                retry=None,
-                timeout=self._rpc_timeout(),
-            )
+            self._subscriber.acknowledge(**self._ack_request(ids))
         except gexc.GoogleAPICallError as exc:
-            failures = _ack_failures(exc)
-            if failures is None:
-                return [exc] * len(ids)
-            return [failures.get(ack_id) for ack_id in ids]
+            return acks_failed(exc, ids)
         return [None] * len(ids)
 
     def nack(self, handle: Any, delay: float) -> None:
@@ -309,6 +327,16 @@ class _PubSubReceiving:
         return handle
 
     def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
+        topic, raw = self._dead_letter_copy(message, reason)
+        self._publish_raw(topic, [raw])
+        self.ack(message.handle)
+
+    def _dead_letter_copy(self, message: ReceivedMessage, reason: str) -> tuple[str, Any]:
+        """(the dead-letter topic, the moved copy with the ``portable.dead_letter_*`` attributes).
+
+        Raises:
+            Unsupported: the subscription has no dead-letter policy (before any request).
+        """
         if self._dead_letter_topic is None:
             raise Unsupported("this subscription has no dead-letter policy", provider="pubsub")
         attributes = dict(message.attributes)
@@ -317,8 +345,7 @@ class _PubSubReceiving:
         attributes["portable.delivery_attempts"] = str(message.delivery_attempt)
         attributes["portable.original_id"] = message.id
         raw = _RawMessage(data=message.body, attributes=attributes, ordering_key=message.key or "")
-        self._publish_raw(self._dead_letter_topic, [raw])
-        self.ack(message.handle)
+        return self._dead_letter_topic, raw
 
     def dead_letter_url(self) -> str | None:
         return self._dead_letter_url
@@ -448,6 +475,12 @@ class PubSubMessaging(_PubSubReceiving, MessagingDriver, TopicDriver, Subscripti
         return code if code is not None else super().code_of(exc)
 
     # -- sides -----------------------------------------------------------------
+    def async_driver(self) -> AsyncPubSub:
+        """Both sides on the async GAPIC clients, on the event loop (:mod:`portable_gcp._pubsub_aio`)."""
+        from ._pubsub_aio import AsyncPubSub
+
+        return AsyncPubSub(self)
+
     def topic(self) -> TopicDriver:
         if self._topic_path is None:
             raise InvalidURL(
@@ -496,20 +529,27 @@ class PubSubMessaging(_PubSubReceiving, MessagingDriver, TopicDriver, Subscripti
         return self._url("subscriptions", match.group(1), match.group(3)) if match else None
 
     # -- publishing ------------------------------------------------------------
-    def _publish_raw(self, topic_path: str, raw_messages: list[Any]) -> list[str]:
+    def _publish_request(self, topic_path: str, raw_messages: list[Any]) -> dict[str, Any]:
+        """Publish's arguments (both faces send exactly these)."""
         request = pubsub_types.PublishRequest.wrap(_RawPublishRequest(topic=topic_path, messages=raw_messages))
-        response = self._publisher.publish(request=request, retry=None, timeout=self._rpc_timeout())
+        return {"request": request, "retry": None, "timeout": self._rpc_timeout()}
+
+    def _publish_raw(self, topic_path: str, raw_messages: list[Any]) -> list[str]:
+        response = self._publisher.publish(**self._publish_request(topic_path, raw_messages))
         return list(response.message_ids)
 
     def publish(self, message: OutgoingMessage) -> str:
         assert self._topic_path is not None
         return self._publish_raw(self._topic_path, [_raw(message)])[0]
 
-    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
-        assert self._topic_path is not None
-        items = list(messages)
-        raws = [_raw(item) for item in items]  # an empty message fails the batch before any request
-        out: list[str | BaseException] = []
+    def _plan_batch(self, items: list[OutgoingMessage]) -> list[list[Any]]:
+        """The messages of each Publish request for ``items``, in order (``batch_max_messages``/``_bytes``).
+
+        Raises:
+            InvalidArgument: a message is empty (the batch fails before any request).
+        """
+        raws = [_raw(item) for item in items]
+        requests: list[list[Any]] = []
         start = 0
         while start < len(items):
             end, size = start, 0
@@ -519,15 +559,23 @@ class PubSubMessaging(_PubSubReceiving, MessagingDriver, TopicDriver, Subscripti
                     break
                 size += grow
                 end += 1
+            requests.append(raws[start:end])
+            start = end
+        return requests
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        assert self._topic_path is not None
+        items = list(messages)
+        out: list[str | BaseException] = []
+        for raws in self._plan_batch(items):
             try:
-                out.extend(self._publish_raw(self._topic_path, raws[start:end]))
+                out.extend(self._publish_raw(self._topic_path, raws))
             except Exception as exc:
                 if not out:
                     raise  # nothing judged yet: the portable layer retries the whole batch
                 # Stop here: later messages may share an ordering key with these.
-                out.extend([exc] * (len(items) - start))
+                out.extend([exc] * (len(items) - len(out)))
                 return out
-            start = end
         return out
 
     # -- administration ------------------------------------------------------------
@@ -607,6 +655,14 @@ class PubSubMessaging(_PubSubReceiving, MessagingDriver, TopicDriver, Subscripti
 def _transient_only(exc: BaseException) -> bool:
     metadata = getattr(exc, "metadata", None) or {}
     return bool(metadata) and all(str(v).startswith("TRANSIENT_") for v in metadata.values())
+
+
+def acks_failed(exc: gexc.GoogleAPICallError, ids: list[str]) -> list[BaseException | None]:
+    """Each ack id's outcome, in order, of an Acknowledge of ``ids`` that raised ``exc``."""
+    failures = _ack_failures(exc)
+    if failures is None:
+        return [exc] * len(ids)
+    return [failures.get(ack_id) for ack_id in ids]
 
 
 def _ack_failures(exc: gexc.GoogleAPICallError) -> dict[str, BaseException | None] | None:

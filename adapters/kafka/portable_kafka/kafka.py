@@ -26,6 +26,23 @@ As:
     ``kafka.KafkaProducer``, ``kafka.KafkaConsumer`` (do not poll it yourself),
     ``kafka.admin.KafkaAdminClient`` (a new one: close it yourself).
 
+Async (``portable.aio``):
+    thread-adapted, on purpose: ``async_driver()`` is the default
+    :class:`~portable.driver.aio_messaging.AsyncTopicDriver` /
+    ``AsyncSubscriptionDriver`` (``native = False``), which runs these methods
+    in the bounded pool of :mod:`portable.driver.threads`. aiokafka is not
+    used: the receive contract here (local leases, key order, contiguous
+    commits, the rebalance listener awaited on kafka-python's own network
+    loop, its error classes) is written against kafka-python's consumer, and
+    aiokafka's (its own commit and rebalance tasks, ``aiokafka.errors``)
+    would change those semantics or need a second copy of that bookkeeping.
+    A native async engine waits for issue 22, which splits the bookkeeping
+    from the client for a confluent-kafka engine. Costs meanwhile: a
+    ``receive(wait=)`` holds a pool thread for up to ``wait`` seconds (not
+    when it is served from the buffer), and ``publish`` holds one until the
+    broker acknowledges; ``publish_batch`` one per batch.
+    docs/adapters/kafka.md ("Async") has the details.
+
 docs/adapters/kafka.md is the reference: a URL per service (MSK, Confluent
 Cloud, Event Hubs), every option with its default, names and limits,
 capabilities, delivery guarantees, leases, retries and dead letters, and the
