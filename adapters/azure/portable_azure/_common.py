@@ -10,12 +10,8 @@ secrets are kept out of every repr, and every error text passes through
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from portable.driver import Classifier
 from portable.driver.credentials import (
@@ -29,7 +25,7 @@ from portable.driver.naming import (
     check_azure_container_or_queue_name,
     reject_azure_inline_secrets,
 )
-from portable.errors import ErrorCode, PortableError, Unavailable
+from portable.errors import ErrorCode, PortableError
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
@@ -37,7 +33,6 @@ __all__ = [
     "AUTH_KINDS",
     "AzureAuth",
     "AzureClassifier",
-    "PerLoop",
     "check_account_name",
     "check_container_or_queue_name",
     "error_code",
@@ -46,7 +41,6 @@ __all__ = [
     "resolve_auth",
 ]
 
-C = TypeVar("C")
 
 AUTH_KINDS = AZURE_AUTH_KINDS
 check_account_name = check_azure_account_name
@@ -192,71 +186,3 @@ def _http_code(status: int | None, code: str) -> ErrorCode:
 
 
 # ------------------------------------------------------------------ async clients
-class PerLoop(Generic[C]):
-    """One client per running event loop, made on first use by ``make()`` and closed by ``close(client)``.
-
-    An aiohttp session or a grpc.aio channel belongs to the loop it was made
-    on, and a driver may be awaited from several loops (``portable.testing.faces``
-    runs each on a private loop thread). Concurrent first calls on one loop
-    share one making. :meth:`aclose` closes the calling loop's client and those
-    of other loops still running (a stopped loop's cannot be); after it, a call
-    raises Unavailable: a closed driver never opens a client again.
-    """
-
-    def __init__(self, make: Callable[[], Awaitable[C]], close: Callable[[C], Awaitable[object]]) -> None:
-        self._make = make
-        self._close = close
-        self._tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[C]] = {}
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def __contains__(self, loop: object) -> bool:
-        return loop in self._tasks
-
-    async def get(self) -> C:
-        """The running loop's client."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            task = self._tasks.get(loop)
-            if task is None:
-                if self._closed:
-                    raise Unavailable("this async driver is closed (aclose was called)")
-                task = self._tasks[loop] = loop.create_task(self._new())
-        if task.done() and not task.cancelled() and task.exception() is None:
-            return task.result()  # the common case: no shield, no new future
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            raise
-        except BaseException:
-            with self._lock:
-                if self._tasks.get(loop) is task:
-                    del self._tasks[loop]  # the next call tries again
-            raise
-
-    async def _new(self) -> C:
-        return await self._make()
-
-    async def aclose(self) -> None:
-        """Close the calling loop's client and those of other loops still running."""
-        with self._lock:
-            tasks, self._tasks = self._tasks, {}
-            self._closed = True
-        here = asyncio.get_running_loop()
-        for loop, task in tasks.items():
-            if loop is here:
-                await self._close_one(task)
-            elif loop.is_running():
-                with contextlib.suppress(Exception):
-                    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close_one(task), loop))
-
-    async def _close_one(self, task: asyncio.Task[C]) -> None:
-        if not task.done():
-            task.cancel()  # still connecting: nothing to close yet
-            return
-        if task.cancelled() or task.exception() is not None:
-            return
-        await self._close(task.result())

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from portable.driver.aio_messaging import AsyncQueueDriver
 from portable.driver.messaging import OutgoingMessage, ReceivedMessage
-from portable.driver.threads import run_blocking
+from portable.driver.threads import PerLoop, run_blocking
 from portable.errors import ConfigError
 
-from ._common import PerLoop, error_code
+from ._common import error_code
 from .queue import PUBLISH_AT_ONCE
 
 if TYPE_CHECKING:
