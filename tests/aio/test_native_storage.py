@@ -132,6 +132,20 @@ def _azure_engine(azure: dict[str, str], prefix: str, engine: str) -> Engine:
     )
 
 
+FAKE_GCS_XML = (
+    "fake-gcs-server answers object_store's XML-API upload (PUT /BUCKET/OBJECT) with 400 'invalid uploadType': "
+    "it implements uploads on the JSON API only (fsouza/fake-gcs-server#331); obstore's GCS reads are tested "
+    "by test_reads_what_the_provider_wrote"
+)
+#: the tests that write through the async driver (obstore's GCS writes cannot run on fake-gcs-server)
+WRITING = {
+    "test_round_trip_on_the_loop_without_pool_threads",
+    "test_streams_follow_the_write_stream_rules",
+    "test_errors_classify_as_on_the_sync_face",
+    "test_interop_with_the_providers_own_client",
+    "test_cancelled_writes_leave_nothing_partial",
+}
+
 ENGINES = ["obstore-s3", "fsspec-s3", "obstore-gcs", "fsspec-gcs", "obstore-az", "fsspec-az"]
 
 
@@ -142,6 +156,8 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     if provider == "s3":
         return _s3_engine(request.getfixturevalue("aws"), prefix, lib)
     if provider == "gcs":
+        if lib == "obstore" and request.node.originalname in WRITING:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=FAKE_GCS_XML))
         return _gcs_engine(request.getfixturevalue("gcs"), prefix, lib)
     return _azure_engine(request.getfixturevalue("azure"), prefix, lib)
 
@@ -180,6 +196,29 @@ def test_the_async_driver_is_native(drivers: tuple[StorageDriver, AsyncStorageDr
     assert adrv.sync is sync
     assert type(adrv) is not AsyncStorageDriver
     assert adrv.capabilities == sync.capabilities and adrv.scheme == sync.scheme
+
+
+def test_reads_what_the_provider_wrote(engine: Engine, drivers: tuple[StorageDriver, AsyncStorageDriver]) -> None:
+    sync, adrv = drivers
+    for key in ("r/one.bin", "r/two.bin", "top.bin"):
+        engine.native_put(key, key.encode() * 3)
+
+    async def main() -> None:
+        assert await adrv.get("r/one.bin") == b"r/one.bin" * 3
+        assert await adrv.get_range("r/one.bin", 2, 5) == b"one"
+        assert (await adrv.head("top.bin")).size == len(b"top.bin") * 3
+        level = await adrv.list_page("", "/", None, 1000, None)
+        assert [o.key for o in level.objects] == ["top.bin"] and level.prefixes == ["r/"]
+        got = await collect(adrv.get_many(["r/one.bin", "r/two.bin", "r/none"]))
+        assert got["r/two.bin"] == b"r/two.bin" * 3
+        assert sync.code_of(got["r/none"]) is ErrorCode.NOT_FOUND  # type: ignore[arg-type]
+        reader = await adrv.open_read("r/two.bin")
+        assert await reader.read(5) == b"r/two" and await reader.read() == b".bin" + b"r/two.bin" * 2
+        await reader.close()
+        with pytest.raises(NotFound):
+            await Guard(sync.scheme, sync.endpoint, sync).acall("read", "get", adrv.get, "r/none")
+
+    run(main())
 
 
 def test_round_trip_on_the_loop_without_pool_threads(drivers: tuple[StorageDriver, AsyncStorageDriver]) -> None:
@@ -310,11 +349,32 @@ def test_interop_with_the_providers_own_client(engine: Engine, drivers: tuple[St
 
 
 def test_cancelled_writes_leave_nothing_partial(drivers: tuple[StorageDriver, AsyncStorageDriver]) -> None:
+    """A task cancelled mid-put or mid-stream leaves its object whole or absent; a stream cancelled
+    before its commit began leaves nothing at all."""
     _, adrv = drivers
     part = adrv.capabilities.min_part_bytes
+    before_commit: set[str] = set()
 
-    async def cancelled(coro_fn: Callable[[], Awaitable[None]], after: float) -> None:
-        task = asyncio.ensure_future(coro_fn())
+    async def streamed(key: str) -> None:
+        writer = await adrv.open_write(key, PLAIN, part)
+        try:
+            for _ in range(4):
+                await writer.write(b"x" * part)
+        except BaseException:
+            before_commit.add(key)
+            await asyncio.shield(writer.abort())
+            raise
+        try:
+            await writer.commit()
+        except BaseException:
+            await asyncio.shield(writer.abort())
+            raise
+
+    async def whole(key: str) -> None:
+        await adrv.put(key, b"y" * (3 * part), PLAIN)
+
+    async def cancelled(coro: Coroutine[Any, Any, None], after: float) -> None:
+        task = asyncio.ensure_future(coro)
         await asyncio.sleep(after)
         task.cancel()
         try:
@@ -322,25 +382,14 @@ def test_cancelled_writes_leave_nothing_partial(drivers: tuple[StorageDriver, As
         except asyncio.CancelledError:
             pass
 
-    async def streamed() -> None:
-        writer = await adrv.open_write("streamed.bin", PLAIN, part)
-        try:
-            for _ in range(8):
-                await writer.write(b"x" * part)
-            await writer.commit()
-        except BaseException:
-            await asyncio.shield(writer.abort())
-            raise
-
-    async def whole() -> None:
-        await adrv.put("whole.bin", b"y" * (3 * part), PLAIN)
-
     async def main() -> None:
-        for after in (0.0, 0.01, 0.05):
-            await cancelled(streamed, after)
-            await cancelled(whole, after)
+        for i, after in enumerate((0.0, 0.005, 0.02, 0.05)):
+            await cancelled(streamed(f"s{i}.bin"), after)
+            await cancelled(whole(f"w{i}.bin"), after)
         page = await adrv.list_page("", None, None, 1000, None)
-        for info in page.objects:  # a put is atomic: whole or absent; a cancelled stream never appears
-            assert info.key == "whole.bin" and info.size == 3 * part
+        sizes = {info.key: info.size for info in page.objects}
+        for key, size in sizes.items():
+            assert size == (4 if key.startswith("s") else 3) * part, f"{key} is partial: {size} bytes"
+        assert not before_commit & set(sizes), "a stream cancelled before its commit is visible"
 
     run(main())
