@@ -628,6 +628,10 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
         return f"{self._blob(name).url}?{sas}"
 
     # -- escape hatches ----------------------------------------------------
+    def async_driver(self) -> Any:  # the aio client on fsspec's loop: portable_azure._blob_aio
+        from ._blob_aio import BlobAsyncStorage
+        return BlobAsyncStorage(self)
+
     def as_(self, kind: type[Any]) -> Any:
         from adlfs import AzureBlobFileSystem
         from azure.storage.blob import BlobServiceClient as SyncBlobServiceClient
