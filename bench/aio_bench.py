@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import _compare_clients as cc  # noqa: E402
-from bench._common import table, write  # noqa: E402
+from bench._common import write  # noqa: E402
 from bench.compare import interleave, loadavg, paired, spread, start_s3s  # noqa: E402
 
 KIB = 1024
@@ -319,6 +319,7 @@ def main() -> int:
     sections["targets"] = checks
     extra = {"load_before": load_before, "load_after": loadavg(), "rounds": rounds, "count": count,
              "cpus": os.cpu_count()}
+    sections["run (load average: 1-minute, /proc/loadavg)"] = [extra]
     write("aio-quick" if args.quick else "aio", sections, extra)
     print(f"load average: {load_before} before, {extra['load_after']} after")
     return 0 if all(c["met"] for c in checks) else 1
