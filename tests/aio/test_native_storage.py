@@ -144,6 +144,7 @@ WRITING = {
     "test_errors_classify_as_on_the_sync_face",
     "test_interop_with_the_providers_own_client",
     "test_cancelled_writes_leave_nothing_partial",
+    "test_a_cancelled_async_bucket_stream_leaves_no_object",
 }
 
 ENGINES = ["obstore-s3", "fsspec-s3", "obstore-gcs", "fsspec-gcs", "obstore-az", "fsspec-az"]
@@ -391,5 +392,76 @@ def test_cancelled_writes_leave_nothing_partial(drivers: tuple[StorageDriver, As
         for key, size in sizes.items():
             assert size == (4 if key.startswith("s") else 3) * part, f"{key} is partial: {size} bytes"
         assert not before_commit & set(sizes), "a stream cancelled before its commit is visible"
+
+    run(main())
+
+
+# ---------------------------------------------------------------- through portable.aio
+def test_async_bucket_runs_the_native_engine_without_pool_threads(engine: Engine) -> None:
+    """portable.aio.open_bucket picks the native engine; its calls, batches and streams stay on the loop."""
+    import portable.aio
+
+    threads.shutdown_pool()
+    writes = not (engine.url.startswith("gs://") and "engine=obstore" in engine.url)
+    if not writes:
+        engine.native_put("a.txt", b"hello")
+
+    async def main() -> None:
+        bucket = portable.aio.open_bucket(engine.url)
+        try:
+            assert bucket.async_driver.native is True
+            if writes:
+                await bucket.put("a.txt", b"hello", if_none_match="*")
+                with pytest.raises(AlreadyExists):
+                    await bucket.put("a.txt", b"again", if_none_match="*")
+                assert await bucket.put_many({f"m/{i}": b"x" * i for i in range(20)})
+            assert await bucket.get("a.txt") == b"hello"
+            assert await bucket.get_range("a.txt", 1, 3) == b"el"
+            with pytest.raises(NotFound):
+                await bucket.get("missing")
+            assert await bucket.get_many(["a.txt", "missing"], missing_ok=True) == {"a.txt": b"hello"}
+            keys = [info.key async for info in bucket.list()]
+            assert "a.txt" in keys and (not writes or len(keys) == 21)
+            no_pool_thread()  # checked before aclose, which closes the sync driver in the pool
+        finally:
+            await bucket.aclose()
+
+    run(main())
+
+
+def test_from_sync_shares_the_guard_and_driver(engine: Engine) -> None:
+    import portable.aio
+
+    sync = open_bucket(engine.url)
+    twin = portable.aio.AsyncBucket.from_sync(sync)
+    assert twin.driver is sync.driver and twin._guard is sync._guard
+    assert twin.async_driver.native is True and twin.async_driver.sync is sync.driver
+    run(twin.aclose())
+
+
+def test_a_cancelled_async_bucket_stream_leaves_no_object(engine: Engine) -> None:
+    """``async with bucket.open(key, "wb")`` cancelled mid-write aborts: nothing appears under the key."""
+    import portable.aio
+
+    async def main() -> None:
+        bucket = portable.aio.open_bucket(engine.url)
+        part = bucket.capabilities.min_part_bytes
+        started = asyncio.Event()
+
+        async def stream() -> None:
+            async with bucket.open("s.bin", "wb", part_size=part) as writer:
+                for _ in range(50):
+                    await writer.write(b"z" * part)
+                    started.set()
+
+        try:
+            task = asyncio.ensure_future(stream())
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not await bucket.exists("s.bin")
+        finally:
+            await bucket.aclose()
 
     run(main())
