@@ -24,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime as dt
+import functools
 import weakref
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Literal
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from portable.driver.aio_storage import AsyncStorageDriver, AsyncWriteStream
 from portable.driver.storage import ListPage, ObjectInfo, WriteOptions
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from .s3 import S3Storage, _S3Write
 
 __all__ = ["S3AsyncStorage", "S3CallerLoopStorage"]
+
+T = TypeVar("T")
 
 
 class S3AsyncStorage(AsyncStorageDriver):
@@ -112,11 +115,21 @@ class S3AsyncStorage(AsyncStorageDriver):
 
 
 class _AsyncS3Write(AsyncWriteStream):
-    """An async streamed write on the sync stream's state and coroutines (``_S3Write``)."""
+    """An async streamed write on the sync stream's state and coroutines (``_S3Write``).
 
-    def __init__(self, driver: S3AsyncStorage, raw: _S3Write) -> None:  # not the base's: nothing sync under it
-        self._loop = driver._loop
+    Each request runs on s3fs's loop one at a time (the base class's
+    ``_serial``): a cancel stops the caller's wait, not the request, and the
+    abort that follows waits for it, so an upload created while the caller was
+    being cancelled is still aborted (no orphaned parts).
+    """
+
+    def __init__(self, driver: S3AsyncStorage, raw: _S3Write) -> None:
+        super().__init__(raw, functools.partial(run_on_loop, driver._loop))
         self._w = raw
+
+    async def _on_loop(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """``fn(*args)`` on the driver's loop, one request at a time (the runner awaits its coroutine there)."""
+        return cast(T, await self._serial(fn, *args))
 
     async def write(self, data: bytes) -> None:
         raw = self._w
@@ -124,28 +137,24 @@ class _AsyncS3Write(AsyncWriteStream):
         flushed = 0
         try:
             for part in raw._full_parts():
-                await run_on_loop(self._loop, raw._upload_part, part)
+                await self._on_loop(raw._upload_part, part)
                 flushed += 1
         except asyncio.CancelledError as exc:
-            raw._broken = exc  # a part may or may not have gone out: the stream cannot be made whole
+            raw._broken = exc  # the part may still go out: the stream cannot be made whole
             raise
         except Exception as exc:
             raw._write_failed(exc, mark, flushed)
 
     async def commit(self) -> str | None:
-        raw = self._w
         try:
-            return await run_on_loop(self._loop, raw._commit)
+            return await self._on_loop(self._w._commit)
         except asyncio.CancelledError as exc:
-            raw._broken = exc
+            self._w._broken = exc
             raise
 
     async def abort(self) -> None:
-        raw = self._w
-        raw._pending.clear()
-        if raw._upload_id is not None:
-            await run_on_loop(self._loop, raw._abort)
-
+        self._w._pending.clear()
+        await self._on_loop(self._w._abort)  # after the request in flight, if any: it may have made the upload
 
 
 class S3CallerLoopStorage(AsyncStorageDriver):

@@ -18,8 +18,9 @@ are synchronous).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from portable.driver.aio_storage import AsyncStorageDriver, AsyncWriteStream
 from portable.driver.storage import ListPage, ObjectInfo, WriteOptions
@@ -131,30 +132,42 @@ class _AsyncGCSWrite(AsyncWriteStream):
 
     A failed write is retried by the Bucket with the very same bytes object:
     it is appended once, and only what the session has not confirmed is resent.
+    Requests run one at a time (the base class's ``_serial``): a cancel stops
+    the caller's wait, not the request, and the abort that follows waits for
+    it, so a session opened while the caller was being cancelled is cancelled.
     """
 
-    def __init__(self, driver: GCSAsyncStorage, upload: _ResumableUpload) -> None:  # nothing sync under it
+    def __init__(self, driver: GCSAsyncStorage, upload: _ResumableUpload) -> None:
+        # the base's raw stream is only ever handed to _serial's runner here, never called
+        super().__init__(upload, functools.partial(run_on_loop, driver._loop))  # type: ignore[arg-type]
         self._driver = driver
         self._upload = upload
         self._failed: bytes | None = None
+
+    async def _on_loop(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """``fn(*args)`` on the driver's loop, one request at a time (the runner awaits its coroutine there)."""
+        return cast(T, await self._serial(fn, *args))
+
+    async def _step(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        try:
+            return await self._on_loop(fn, *args)
+        except FileExistsError as exc:  # a 412: the portable error, as GCSStorage._conditional makes it
+            raise self._driver.sync._refused(exc, self._upload.options, self._upload.key) from exc
 
     async def write(self, data: bytes) -> None:
         upload = self._upload
         if data is not self._failed:
             upload.append(data)
         self._failed = data
-        await self._driver._conditional(upload.options, upload.key, upload.flush)
+        await self._step(upload.flush)
         self._failed = None
 
     async def commit(self) -> str | None:
-        upload, driver = self._upload, self._driver
+        upload, sync = self._upload, self._driver.sync
         if upload.session is None and len(upload.buffer) <= upload.chunk:
-            conditions = driver.sync._conditions(upload.options, upload.key)
-            return await driver._conditional(
-                upload.options, upload.key, driver.sync._simple_upload, upload.name, bytes(upload.buffer),
-                upload.options, conditions,
-            )
-        return await driver._conditional(upload.options, upload.key, upload.finish)
+            conditions = sync._conditions(upload.options, upload.key)
+            return await self._step(sync._simple_upload, upload.name, bytes(upload.buffer), upload.options, conditions)
+        return await self._step(upload.finish)
 
     async def abort(self) -> None:
-        await run_on_loop(self._driver._loop, self._upload.cancel)
+        await self._on_loop(self._upload.cancel)
