@@ -232,16 +232,24 @@ class _Aborted(Exception):
     """Passed to obstore's writer ``__aexit__`` so that it aborts the multipart upload."""
 
 
+async def _awaited(fn: Callable[..., Awaitable[R]], /, *args: Any) -> R:
+    """The runner of obstore's writer calls: each awaited in a task of its own (see ``_AsyncMultipartWrite``)."""
+    return await fn(*args)
+
+
 class _AsyncMultipartWrite(AsyncWriteStream):
     """An unconditional streamed write on obstore's async writer: the sync ``_MultipartWrite``'s rules.
 
     Nothing is sent until a part is buffered; a stream that ends within its
     first part is one PUT at commit, a longer one a multipart upload. A failed
-    write poisons the stream (StreamFailed, not retryable); abort, and a
-    commit cancelled before it completed, abort the upload.
+    or cancelled write poisons the stream (StreamFailed, not retryable).
+    Writer calls run one at a time (the base class's ``_serial``): a cancel
+    stops the caller's wait, not the writer's call, and the abort that follows
+    waits for it before it aborts the upload.
     """
 
-    def __init__(self, writer: Any) -> None:  # not the base's: there is no sync stream under it
+    def __init__(self, writer: Any) -> None:
+        super().__init__(writer, _awaited)  # type: ignore[arg-type]
         self._writer = writer
         self._failed: BaseException | None = None
 
@@ -252,7 +260,7 @@ class _AsyncMultipartWrite(AsyncWriteStream):
     async def write(self, data: bytes) -> None:
         self._check()
         try:
-            await self._writer.write(data)
+            await self._serial(self._writer.write, data)
         except asyncio.CancelledError:
             self._failed = StreamFailed("a write was cancelled part-way")
             raise
@@ -263,7 +271,7 @@ class _AsyncMultipartWrite(AsyncWriteStream):
     async def commit(self) -> str | None:
         self._check()
         try:
-            await self._writer.close()
+            await self._serial(self._writer.close)
         except asyncio.CancelledError:
             self._failed = StreamFailed("the commit was cancelled")
             raise
@@ -273,6 +281,9 @@ class _AsyncMultipartWrite(AsyncWriteStream):
         return None
 
     async def abort(self) -> None:
+        await self._serial(self._abort)  # type: ignore[unused-coroutine]  # the runner awaits it
+
+    async def _abort(self) -> None:
         if await self._writer.closed():
             return
         await self._writer.__aexit__(_Aborted, _Aborted("aborted by portable"), None)
