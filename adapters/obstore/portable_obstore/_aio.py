@@ -7,6 +7,12 @@ driver uses (one connection pool, one set of credentials): no thread per call,
 no hop to the private loop the sync batches use. obstore's futures are
 cancellable: cancelling the awaiting task drops the request.
 
+Requests in flight: at most :data:`MAX_IN_FLIGHT` single-object calls per
+driver and event loop are handed to obstore at once; the rest wait on the
+loop, so 10,000 concurrent ``get`` calls hold 64 connections and their
+buffers, not 10,000 (memory stays bounded, as the thread-adapted face's pool
+bounds it).
+
 Batches (``get_many``, ``put_many``, ``delete_many``, ``copy_many``) run a fixed
 pool of ``batch_concurrency`` worker tasks over the items (no task per object)
 and yield each result as it finishes.
@@ -26,6 +32,7 @@ import asyncio
 import collections
 import io
 import tempfile
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,7 +47,10 @@ from ._common import StreamFailed, empty_slice, read_whole_async
 if TYPE_CHECKING:
     from ._common import ObstoreStorage
 
-__all__ = ["ObstoreAsyncStorage", "as_finished"]
+__all__ = ["MAX_IN_FLIGHT", "ObstoreAsyncStorage", "as_finished"]
+
+#: single-object requests one async driver hands to obstore at once, per event loop
+MAX_IN_FLIGHT = 64
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -101,36 +111,53 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
         super().__init__(sync)
         self._store = sync.store
         self._root = sync._root
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _gate(self) -> asyncio.Semaphore:
+        """This loop's bound on the requests in flight (:data:`MAX_IN_FLIGHT`)."""
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = asyncio.Semaphore(MAX_IN_FLIGHT)
+        return gate
 
     # -- whole objects ----------------------------------------------------
     async def get(self, key: str) -> bytes:
-        return await read_whole_async(self._store, self._root + key)
+        async with self._gate():
+            return await read_whole_async(self._store, self._root + key)
 
     async def get_range(self, key: str, start: int, end: int | None) -> bytes:
         options: dict[str, Any] = {"range": {"offset": start} if end is None else (start, end)}
         try:
-            return await self.sync._aget_options(key, options)
+            async with self._gate():
+                return await self.sync._aget_options(key, options)
         except obstore.exceptions.BaseError as exc:
             if empty_slice(exc):
                 return b""
             raise
 
     async def head(self, key: str) -> ObjectInfo:
-        return await self.sync._ahead(key)
+        async with self._gate():
+            return await self.sync._ahead(key)
 
     async def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
         if self.sync.signs_itself(options):
             return await run_blocking(self.sync.put, key, data, options)  # a request obstore cannot send
-        return await self.sync._aput(key, data, options)
+        async with self._gate():
+            return await self.sync._aput(key, data, options)
 
     async def delete(self, key: str) -> None:
         try:
-            await obstore.delete_async(self._store, self._root + key)
+            async with self._gate():
+                await obstore.delete_async(self._store, self._root + key)
         except FileNotFoundError:
             pass  # Azure answers 404 for a missing blob; S3 and GCS do not
 
     async def copy(self, src: str, dst: str) -> str | None:
-        await obstore.copy_async(self._store, self._root + src, self._root + dst)
+        async with self._gate():
+            await obstore.copy_async(self._store, self._root + src, self._root + dst)
         return None
 
     # -- listing ----------------------------------------------------------
