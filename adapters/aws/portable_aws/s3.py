@@ -96,8 +96,9 @@ import asyncio
 import datetime as dt
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, Literal, NoReturn, TypeVar
 
+from portable.driver.aio_storage import AsyncStorageDriver
 from portable.driver.conditions import note_condition
 from portable.driver.http import normal_etag, range_header
 from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
@@ -461,6 +462,12 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
             operation, Params=params, ExpiresIn=int(expires.total_seconds())
         )
 
+    def async_driver(self) -> AsyncStorageDriver:
+        """aiobotocore natively: the coroutines above, awaited on s3fs's loop (:mod:`._s3_aio`)."""
+        from ._s3_aio import S3AsyncStorage
+
+        return S3AsyncStorage(self)
+
     def as_(self, kind: type[Any]) -> Any:
         import s3fs
 
@@ -561,33 +568,41 @@ class _S3Write(WriteStream):
         self._parts: list[dict[str, Any]] = []
 
     def write(self, data: bytes) -> None:
-        # A failed write must append nothing (the Bucket may retry it): before any part of
-        # it went out, the bytes are taken back; after, the stream cannot be made whole.
+        mark = self._take(data)
+        flushed = 0
+        try:
+            for part in self._full_parts():
+                self._driver._run(self._upload_part, part)
+                flushed += 1
+        except Exception as exc:
+            self._write_failed(exc, mark, flushed)
+
+    # A failed write must append nothing (the Bucket may retry it): before any part of it went
+    # out, the bytes are taken back; after, the stream cannot be made whole. The sync and async
+    # streams (portable_aws._s3_aio) share these three steps; only their sending differs.
+    def _take(self, data: bytes) -> int:
+        """Buffer ``data``; return where it starts in the buffer (to take it back)."""
         if self._broken is not None:
             raise Internal("an earlier write of this stream failed part-way; it was aborted", retryable=False)
         mark = len(self._pending)
-        flushed = 0
         self._pending += data
-        try:
-            while len(self._pending) >= 2 * self._part_size:
-                self._flush_one()
-                flushed += 1
-            if len(self._pending) > self._part_size:
-                self._flush_one()
-        except Exception as exc:
-            if flushed == 0:
-                del self._pending[mark:]
-                raise
-            self._broken = exc
-            raise Internal(
-                f"a part upload failed after {flushed} part(s) of this write went out; the stream is aborted",
-                retryable=False,
-            ) from exc
+        return mark
 
-    def _flush_one(self) -> None:
-        part = bytes(self._pending[: self._part_size])
-        self._driver._run(self._upload_part, part)
-        del self._pending[: self._part_size]
+    def _full_parts(self) -> Iterator[bytes]:
+        """The parts to send now, holding one part back; each leaves the buffer once the caller sent it."""
+        while len(self._pending) > self._part_size:
+            yield bytes(self._pending[: self._part_size])
+            del self._pending[: self._part_size]
+
+    def _write_failed(self, exc: BaseException, mark: int, flushed: int) -> NoReturn:
+        if flushed == 0:
+            del self._pending[mark:]
+            raise exc
+        self._broken = exc
+        raise Internal(
+            f"a part upload failed after {flushed} part(s) of this write went out; the stream is aborted",
+            retryable=False,
+        ) from exc
 
     async def _upload_part(self, data: bytes) -> None:
         s3 = await self._driver._s3()
@@ -603,15 +618,18 @@ class _S3Write(WriteStream):
         self._parts.append({"PartNumber": number, "ETag": resp["ETag"]})
 
     def commit(self) -> str | None:
-        if self._broken is not None:
-            raise Internal("an earlier write of this stream failed part-way; it was aborted", retryable=False)
+        return self._driver._run(self._commit)
+
+    async def _commit(self) -> str | None:
+        """The commit's requests as one coroutine (one hop to s3fs's loop, from either face)."""
+        self._take(b"")  # refuses a broken stream
+        driver = self._driver
         if self._upload_id is None:
-            driver = self._driver
-            return driver._run(driver._put, self._key[len(driver._root) :], bytes(self._pending), self._options)
+            return await driver._put(self._key[len(driver._root) :], bytes(self._pending), self._options)
         if self._pending:
-            self._driver._run(self._upload_part, bytes(self._pending))
+            await self._upload_part(bytes(self._pending))
             self._pending.clear()
-        return self._driver._run(self._complete)
+        return await self._complete()
 
     async def _complete(self) -> str | None:
         s3 = await self._driver._s3()

@@ -147,6 +147,7 @@ from portable.errors import (
 )
 from portable.urls import ParsedURL
 
+from ._blob_aio import blob_info, listed_info
 from ._common import (
     AzureAuth,
     AzureClassifier,
@@ -439,19 +440,7 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
         return data
 
     def head(self, key: str) -> ObjectInfo:
-        props = self._blob(self._name(key)).get_blob_properties(**self._kw())
-        settings = props.content_settings
-        return ObjectInfo(
-            key=key,
-            size=props.size,
-            etag=props.etag,
-            modified=props.last_modified,
-            content_type=settings.content_type,
-            metadata=_decode_metadata(props.metadata),
-            cache_control=settings.cache_control,
-            content_encoding=settings.content_encoding,
-            content_disposition=settings.content_disposition,
-        )
+        return blob_info(key, self._blob(self._name(key)).get_blob_properties(**self._kw()))
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
         # overwrite=False makes the SDK send If-None-Match: * (and turn a 412 into 409).
@@ -526,15 +515,7 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
                 if delimiter and not hasattr(item, "size"):  # a BlobPrefix
                     prefixes.append(key)
                 else:
-                    objects.append(
-                        ObjectInfo(
-                            key=key,
-                            size=item.size,
-                            etag=_quoted(item.etag),
-                            modified=item.last_modified,
-                            content_type=item.content_settings.content_type,
-                        )
-                    )
+                    objects.append(listed_info(key, item))
             next_token = pages.continuation_token or None
             if objects or prefixes or next_token is None:
                 break  # a page filtered empty by start_after is skipped, not returned
@@ -628,6 +609,10 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
         return f"{self._blob(name).url}?{sas}"
 
     # -- escape hatches ----------------------------------------------------
+    def async_driver(self) -> Any:  # the aio client on fsspec's loop: portable_azure._blob_aio
+        from ._blob_aio import BlobAsyncStorage
+        return BlobAsyncStorage(self)
+
     def as_(self, kind: type[Any]) -> Any:
         from adlfs import AzureBlobFileSystem
         from azure.storage.blob import BlobServiceClient as SyncBlobServiceClient

@@ -624,6 +624,10 @@ class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
             api_access_endpoint=self.endpoint,
         )
 
+    def async_driver(self) -> Any:  # gcsfs's coroutines on its loop: portable_gcp._gcs_aio
+        from ._gcs_aio import GCSAsyncStorage
+        return GCSAsyncStorage(self)
+
     def as_(self, kind: type[Any]) -> Any:
         if isinstance(self._fs, kind):
             return self._fs

@@ -28,7 +28,7 @@ import re
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import obstore
 from obstore import exceptions as oe
@@ -47,12 +47,16 @@ from portable.resilience import attempt_timeout, remaining
 
 from ._listing import ListingMixin
 
+if TYPE_CHECKING:
+    from portable.driver.aio_storage import AsyncStorageDriver
+
 __all__ = [
     "NO_RETRIES",
     "ObstoreClassifier",
     "ObstoreStorage",
     "StreamFailed",
     "client_options",
+    "empty_slice",
     "header_attributes",
     "header_like_names",
     "http_status",
@@ -123,6 +127,11 @@ def _range_refused(exc: BaseException) -> bool:
 
 #: The end of a range that reads a whole object: past any size, so the server clips it (RFC 9110).
 _WHOLE = 2**62
+
+
+def empty_slice(exc: BaseException) -> bool:
+    """Whether a ranged read failed because its start is at or past the size (the slice is empty)."""
+    return http_status(exc) == 416 or "StartTooLarge" in str(exc)
 
 
 def read_whole(store: Any, path: str) -> bytes:
@@ -529,8 +538,8 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
                 return self._call(self._aget_options, key, options)
             return read_body(obstore.get(self.store, self._root + key, options=options))  # type: ignore[arg-type]
         except oe.BaseError as exc:
-            if http_status(exc) == 416 or "StartTooLarge" in str(exc):
-                return b""  # start at or past the size: the object exists, the slice is empty
+            if empty_slice(exc):
+                return b""
             raise
 
     async def _aget_options(self, key: str, options: dict[str, Any]) -> bytes:
@@ -591,6 +600,10 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
         """Whether a streamed write with ``options`` is spooled and sent as one ``put`` (a condition)."""
         return options.if_none_match or options.if_match is not None
 
+    def signs_itself(self, options: WriteOptions) -> bool:
+        """Whether ``put`` sends a write with ``options`` as a request of its own, not through obstore."""
+        return False
+
     # -- batches: obstore's async API on the private loop ----------------
     def _batch(self, fn: Callable[[Any], Awaitable[T]], items: list[Any]) -> list[T | BaseException]:
         return run_on_loop(_bounded(fn, items, self.batch_concurrency), remaining())
@@ -636,6 +649,12 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
             await obstore.copy_async(store, root + pair[0], root + pair[1])
 
         yield from zip((dst for _, dst in pairs), self._batch(one, pairs), strict=True)
+
+    def async_driver(self) -> AsyncStorageDriver:
+        """obstore's coroutines on the caller's loop, on this driver's store (:mod:`._aio`)."""
+        from ._aio import ObstoreAsyncStorage
+
+        return ObstoreAsyncStorage(self)
 
     def as_(self, kind: type[Any]) -> Any:
         if isinstance(self.store, kind):

@@ -2,12 +2,17 @@
 
 A mixin of :class:`~portable_obstore._common.ObstoreStorage` (kept apart so each module stays
 one a reader can hold).
+
+The page logic is written once, as *steps* (a generator that asks for listing
+batches and returns the page), and run by :meth:`ListingMixin.list_page` on
+obstore's sync iterator or by :meth:`ListingMixin.alist_page` on its async
+one: the sync and async faces page identically.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, NamedTuple
 
 import obstore
 
@@ -15,6 +20,27 @@ from portable.driver.storage import ListPage, ObjectInfo
 
 #: The most keys one listing request returns (S3, GCS, Azure).
 _MOST_PER_REQUEST = 1000
+
+class _List(NamedTuple):
+    """A step: start a listing of ``folder`` from past ``offset``, ``chunk`` objects a batch."""
+
+    folder: str | None
+    offset: str | None
+    chunk: int
+
+
+class _Got(NamedTuple):
+    """What :meth:`ListingMixin._batches` found in one batch, and whether more may follow."""
+
+    metas: list[Mapping[str, Any]]
+    more: bool
+
+
+#: What a page's steps ask for: a new listing ``(folder, offset, chunk)``, or None for the next
+#: batch of the current one; they are sent the batch (None once the listing is exhausted).
+Step = _List | None
+Batch = list[Mapping[str, Any]] | None
+Steps = Generator[Step, Batch, ListPage]
 
 
 class ListingMixin:
@@ -35,15 +61,49 @@ class ListingMixin:
         request did holds 999 keys: the 1,000th is known to exist, so the
         token is sure to lead somewhere, without a second request to find out.
         """
+        steps = self._page_steps(prefix, delimiter, start_after, page_size, token)
+        listing: Any = None
+        try:
+            step = next(steps)
+            while True:
+                if step is not None:
+                    listing = iter(obstore.list(self.store, step.folder, offset=step.offset, chunk_size=step.chunk))
+                step = steps.send(next(listing, None))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def alist_page(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> ListPage:
+        """:meth:`list_page` on obstore's async listing, awaited on the running loop."""
+        steps = self._page_steps(prefix, delimiter, start_after, page_size, token)
+        listing: Any = None
+        try:
+            step = next(steps)
+            while True:
+                if step is not None:
+                    listing = obstore.list(self.store, step.folder, offset=step.offset, chunk_size=step.chunk)
+                try:
+                    batch: Batch = await listing.__anext__()
+                except StopAsyncIteration:
+                    batch = None
+                step = steps.send(batch)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _page_steps(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> Steps:
         after = max(filter(None, (start_after, token)), default=None)
         if delimiter:
             skip = token if token and token.endswith("/") else None
             return self._delimited_page(prefix, after, page_size, skip)
         return self._flat_page(prefix, after, page_size)
 
-    def _batches(self, full: str, offset: str | None, chunk: int) -> Iterator[tuple[list[Mapping[str, Any]], bool]]:
-        """Batches of the objects whose path starts with ``full`` and is past ``offset``, in order, each
-        with whether more may follow (the request's batch was full).
+    def _batches(self, full: str, offset: str | None, chunk: int) -> Generator[Step | _Got, Batch, None]:
+        """Steps that list the objects whose path starts with ``full`` and is past ``offset``, in order:
+        each batch as a :class:`_Got` with whether more may follow (the request's batch was full).
+        Read them with :func:`_pull`.
 
         obstore lists by path segment (``a/b`` lists ``a/b/...``, never
         ``a/bc``), so a prefix that ends mid-segment lists its parent folder
@@ -53,7 +113,8 @@ class ListingMixin:
         folder = full[: cut - 1] if cut else ""
         if full[cut:] and (offset is None or offset < full):
             offset = _just_before(full)
-        for batch in obstore.list(self.store, folder or None, offset=offset, chunk_size=chunk):
+        batch = yield _List(folder or None, offset, chunk)
+        while batch is not None:
             metas: list[Mapping[str, Any]] = []
             for meta in batch:
                 path = meta["path"]
@@ -61,9 +122,10 @@ class ListingMixin:
                     if offset is None or path > offset:
                         metas.append(meta)
                 elif path > full:
-                    yield metas, False
+                    yield _Got(metas, False)
                     return
-            yield metas, len(batch) == chunk
+            yield _Got(metas, len(batch) == chunk)
+            batch = yield None
 
     def _object(self, meta: Mapping[str, Any]) -> ObjectInfo:
         return ObjectInfo(
@@ -73,20 +135,21 @@ class ListingMixin:
             modified=meta.get("last_modified"),
         )
 
-    def _flat_page(self, prefix: str, after: str | None, page_size: int) -> ListPage:
+    def _flat_page(self, prefix: str, after: str | None, page_size: int) -> Steps:
         objects: list[ObjectInfo] = []
         offset = self._root + after if after else None
-        for metas, more in self._batches(self._root + prefix, offset, min(page_size + 1, _MOST_PER_REQUEST)):
-            for meta in metas:
+        listing = self._batches(self._root + prefix, offset, min(page_size + 1, _MOST_PER_REQUEST))
+        while (got := (yield from _pull(listing))) is not None:
+            for meta in got.metas:
                 if len(objects) == page_size:
                     return ListPage(objects, [], objects[-1].key)
                 objects.append(self._object(meta))
-            if more and len(objects) == page_size > 1:
+            if got.more and len(objects) == page_size > 1:
                 objects.pop()  # the page ends with its request (see list_page)
                 return ListPage(objects, [], objects[-1].key)
         return ListPage(objects, [], None)
 
-    def _delimited_page(self, prefix: str, after: str | None, page_size: int, skip: str | None) -> ListPage:
+    def _delimited_page(self, prefix: str, after: str | None, page_size: int, skip: str | None) -> Steps:
         """One level under ``prefix``, folded here from the flat listing; a folded prefix whose keys
         outlast the batch is stepped over with a new request from past it.
 
@@ -102,7 +165,9 @@ class ListingMixin:
         folded: str | None = None  # the last folded prefix, with the root
         chunk = min(page_size + 1, _MOST_PER_REQUEST)
         while True:
-            for metas, more in self._batches(full, offset, chunk):
+            listing = self._batches(full, offset, chunk)
+            while (got := (yield from _pull(listing))) is not None:
+                metas = got.metas
                 for meta in metas:
                     path = str(meta["path"])
                     if folded is not None and path.startswith(folded):
@@ -115,10 +180,10 @@ class ListingMixin:
                         prefixes.append(folded[self._cut :])
                     else:
                         objects.append(self._object(meta))
-                if more and folded is not None and metas and str(metas[-1]["path"]).startswith(folded):
+                if got.more and folded is not None and metas and str(metas[-1]["path"]).startswith(folded):
                     offset = folded + "\U0010ffff"
                     break  # the rest of this folded prefix is not worth reading: ask from past it
-                if more and len(objects) + len(prefixes) == page_size > 1:
+                if got.more and len(objects) + len(prefixes) == page_size > 1:
                     if prefixes and (not objects or prefixes[-1] > objects[-1].key):
                         prefixes.pop()  # the page ends with its request (see list_page)
                     else:
@@ -126,6 +191,18 @@ class ListingMixin:
                     return ListPage(objects, prefixes, _last(objects, prefixes))
             else:
                 return ListPage(objects, prefixes, None)
+
+
+def _pull(listing: Generator[Step | _Got, Batch, None]) -> Generator[Step, Batch, _Got | None]:
+    """Resume ``listing`` until it gives its next :class:`_Got` (None when it is done), passing its
+    requests out to whoever runs the steps."""
+    try:
+        out = next(listing)
+        while not isinstance(out, _Got):
+            out = listing.send((yield out))
+    except StopIteration:
+        return None
+    return out
 
 
 def _last(objects: list[ObjectInfo], prefixes: list[str]) -> str:

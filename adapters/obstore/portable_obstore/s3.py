@@ -491,6 +491,9 @@ class ObstoreS3Storage(ObstoreStorage):
     def sent_whole(self, options: WriteOptions) -> bool:
         return super().sent_whole(options) or bool(header_like_names(options.metadata))
 
+    def signs_itself(self, options: WriteOptions) -> bool:
+        return bool(header_like_names(options.metadata))
+
     def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
         """PutObject through obstore; one signed here when a metadata name is header-like.
 
@@ -498,7 +501,7 @@ class ObstoreS3Storage(ObstoreStorage):
         name) as that header, so such a write is sent by :class:`_SignedS3`
         with every entry as ``x-amz-meta-<name>``, as the fsspec engine sends it.
         """
-        if header_like_names(options.metadata):
+        if self.signs_itself(options):
             return self._signed.put_object(self._root + key, data, options)
         return super().put(key, data, options)
 

@@ -1,0 +1,342 @@
+"""The obstore engines' async face: obstore's ``*_async`` functions on the caller's event loop.
+
+:class:`ObstoreAsyncStorage` is what ``ObstoreStorage.async_driver()`` returns
+for the S3, GCS and Azure engines. Every request is one of obstore's
+coroutines awaited on the running loop, on the *same store object* the sync
+driver uses (one connection pool, one set of credentials): no thread per call,
+no hop to the private loop the sync batches use. obstore's futures are
+cancellable: cancelling the awaiting task drops the request.
+
+Requests in flight: at most :data:`MAX_IN_FLIGHT` single-object calls per
+driver and event loop are handed to obstore at once; the rest wait on the
+loop, so 10,000 concurrent ``get`` calls hold 64 connections and their
+buffers, not 10,000 (memory stays bounded, as the thread-adapted face's pool
+bounds it).
+
+Batches (``get_many``, ``put_many``, ``delete_many``, ``copy_many``) run a fixed
+pool of ``batch_concurrency`` worker tasks over the items (no task per object)
+and yield each result as it finishes.
+
+Streams: ``open_read`` is obstore's ``AsyncReadableFile``; ``open_write`` is
+obstore's async multipart writer, or, for a conditional write (which a
+multipart upload cannot carry) and for what the sync driver sends whole, a
+spool sent as one ``put`` at commit. The contract is the sync one: nothing is
+visible before commit, abort (or a cancelled commit) leaves no object.
+
+Errors are obstore's own, classified by the sync driver (``code_of``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import io
+import tempfile
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import obstore
+
+from portable.driver.aio_storage import AsyncReadStream, AsyncStorageDriver, AsyncWriteStream
+from portable.driver.storage import ListPage, ObjectInfo, WriteOptions
+from portable.driver.threads import run_blocking
+
+from ._common import StreamFailed, empty_slice, read_whole_async
+
+if TYPE_CHECKING:
+    from ._common import ObstoreStorage
+
+__all__ = ["MAX_IN_FLIGHT", "ObstoreAsyncStorage", "as_finished"]
+
+#: single-object requests one async driver hands to obstore at once, per event loop
+MAX_IN_FLIGHT = 64
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+async def as_finished(
+    fn: Callable[[A], Awaitable[R]], items: list[A], concurrency: int
+) -> AsyncIterator[tuple[A, R | BaseException]]:
+    """Apply ``fn`` to every item with at most ``concurrency`` in flight; yield ``(item, result or error)``
+    as each finishes.
+
+    A fixed pool of worker tasks takes the items in order (no task per item).
+    Closing the iterator early, or cancelling its consumer, cancels the
+    requests still in flight.
+    """
+    if not items:
+        return
+    done: collections.deque[tuple[A, R | BaseException]] = collections.deque()
+    wake = asyncio.Event()
+    position = iter(items)
+
+    async def worker() -> None:
+        for item in position:
+            try:
+                result: R | BaseException = await fn(item)
+            except Exception as exc:
+                result = exc
+            done.append((item, result))
+            wake.set()
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, len(items)))]
+    try:
+        left = len(items)
+        while left:
+            if not done:
+                wake.clear()
+                await wake.wait()
+            while done:
+                left -= 1
+                yield done.popleft()
+    finally:
+        for task in workers:
+            task.cancel()
+
+
+class ObstoreAsyncStorage(AsyncStorageDriver):
+    """The async twin of an obstore driver: its store, its hooks, obstore's coroutines.
+
+    What it does not override (``signed_url``, ``abort_incomplete``,
+    ``list_incomplete``) stays thread-adapted: those build URLs locally or send
+    requests obstore has no call for.
+    """
+
+    native = True
+    sync: ObstoreStorage
+
+    def __init__(self, sync: ObstoreStorage) -> None:
+        super().__init__(sync)
+        self._store = sync.store
+        self._root = sync._root
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _gate(self) -> asyncio.Semaphore:
+        """This loop's bound on the requests in flight (:data:`MAX_IN_FLIGHT`)."""
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = asyncio.Semaphore(MAX_IN_FLIGHT)
+        return gate
+
+    # -- whole objects ----------------------------------------------------
+    async def get(self, key: str) -> bytes:
+        async with self._gate():
+            return await read_whole_async(self._store, self._root + key)
+
+    async def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        options: dict[str, Any] = {"range": {"offset": start} if end is None else (start, end)}
+        try:
+            async with self._gate():
+                return await self.sync._aget_options(key, options)
+        except obstore.exceptions.BaseError as exc:
+            if empty_slice(exc):
+                return b""
+            raise
+
+    async def head(self, key: str) -> ObjectInfo:
+        async with self._gate():
+            return await self.sync._ahead(key)
+
+    async def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        if self.sync.signs_itself(options):
+            return await run_blocking(self.sync.put, key, data, options)  # a request obstore cannot send
+        async with self._gate():
+            return await self.sync._aput(key, data, options)
+
+    async def delete(self, key: str) -> None:
+        try:
+            async with self._gate():
+                await obstore.delete_async(self._store, self._root + key)
+        except FileNotFoundError:
+            pass  # Azure answers 404 for a missing blob; S3 and GCS do not
+
+    async def copy(self, src: str, dst: str) -> str | None:
+        async with self._gate():
+            await obstore.copy_async(self._store, self._root + src, self._root + dst)
+        return None
+
+    # -- listing ----------------------------------------------------------
+    async def list_page(
+        self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
+    ) -> ListPage:
+        return await self.sync.alist_page(prefix, delimiter, start_after, page_size, token)
+
+    # -- streams ----------------------------------------------------------
+    async def open_read(self, key: str) -> AsyncReadStream:
+        native = await obstore.open_reader_async(self._store, self._root + key, buffer_size=8 * 1024 * 1024)
+        return _AsyncReader(native)
+
+    async def open_write(self, key: str, options: WriteOptions, part_size: int) -> AsyncWriteStream:
+        if self.sync.sent_whole(options):
+            return _AsyncSpooledWrite(self, key, options, part_size)
+        writer = obstore.open_writer_async(
+            self._store,
+            self._root + key,
+            attributes=self.sync.attributes(options),
+            buffer_size=part_size,
+            max_concurrency=4,
+        )
+        return _AsyncMultipartWrite(writer)
+
+    # -- batches ----------------------------------------------------------
+    async def get_many(self, keys: list[str]) -> AsyncIterator[tuple[str, bytes | BaseException]]:
+        store, root = self._store, self._root
+
+        async def one(key: str) -> bytes:
+            return await read_whole_async(store, root + key)
+
+        async for pair in as_finished(one, keys, self.batch_concurrency):
+            yield pair
+
+    async def put_many(
+        self, items: list[tuple[str, bytes]], options: WriteOptions
+    ) -> AsyncIterator[tuple[str, str | BaseException | None]]:
+        if self.sync.signs_itself(options):
+            async for pair in super().put_many(items, options):  # threads, each a signed put
+                yield pair
+            return
+        store, root, etag_of = self._store, self._root, self.sync.etag_of
+        attributes = self.sync.attributes(options)
+
+        async def one(item: tuple[str, bytes]) -> str | None:
+            result = await obstore.put_async(store, root + item[0], item[1], attributes=attributes, use_multipart=False)
+            return etag_of(result)
+
+        async for (key, _), result in as_finished(one, items, self.batch_concurrency):
+            yield key, result
+
+    async def delete_many(self, keys: list[str]) -> AsyncIterator[tuple[str, BaseException | None]]:
+        async for key, result in as_finished(self.delete, keys, self.batch_concurrency):
+            yield key, result
+
+    async def copy_many(
+        self, pairs: list[tuple[str, str]]
+    ) -> AsyncIterator[tuple[str, str | BaseException | None]]:
+        async def one(pair: tuple[str, str]) -> str | None:
+            return await self.copy(*pair)
+
+        async for (_, dst), result in as_finished(one, pairs, self.batch_concurrency):
+            yield dst, result
+
+
+# ---------------------------------------------------------------- streams
+class _AsyncReader(AsyncReadStream):
+    """A seekable async reader over obstore's AsyncReadableFile (which returns ``obstore.Bytes``)."""
+
+    def __init__(self, native: Any) -> None:  # not the base's: there is no sync stream under it
+        self._native = native
+        self._pos = 0
+
+    async def read(self, n: int = -1) -> bytes:
+        data = bytes(await self._native.read(None if n is None or n < 0 else n))
+        self._pos += len(data)
+        return data
+
+    def seekable(self) -> bool:
+        return True
+
+    async def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._pos = int(await self._native.seek(offset, whence))
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    @property
+    def size(self) -> int:
+        return int(self._native.size)
+
+    async def close(self) -> None:
+        self._native.close()
+
+
+class _Aborted(Exception):
+    """Passed to obstore's writer ``__aexit__`` so that it aborts the multipart upload."""
+
+
+async def _awaited(fn: Callable[..., Awaitable[R]], /, *args: Any) -> R:
+    """The runner of obstore's writer calls: each awaited in a task of its own (see ``_AsyncMultipartWrite``)."""
+    return await fn(*args)
+
+
+class _AsyncMultipartWrite(AsyncWriteStream):
+    """An unconditional streamed write on obstore's async writer: the sync ``_MultipartWrite``'s rules.
+
+    Nothing is sent until a part is buffered; a stream that ends within its
+    first part is one PUT at commit, a longer one a multipart upload. A failed
+    or cancelled write poisons the stream (StreamFailed, not retryable).
+    Writer calls run one at a time (the base class's ``_serial``): a cancel
+    stops the caller's wait, not the writer's call, and the abort that follows
+    waits for it before it aborts the upload.
+    """
+
+    def __init__(self, writer: Any) -> None:
+        super().__init__(writer, _awaited)  # type: ignore[arg-type]
+        self._writer = writer
+        self._failed: BaseException | None = None
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise StreamFailed("an earlier part of this stream failed; it was aborted") from self._failed
+
+    async def write(self, data: bytes) -> None:
+        self._check()
+        try:
+            await self._serial(self._writer.write, data)
+        except asyncio.CancelledError:
+            self._failed = StreamFailed("a write was cancelled part-way")
+            raise
+        except Exception as exc:
+            self._failed = exc
+            raise StreamFailed(f"writing a part failed: {exc}") from exc
+
+    async def commit(self) -> str | None:
+        self._check()
+        try:
+            await self._serial(self._writer.close)
+        except asyncio.CancelledError:
+            self._failed = StreamFailed("the commit was cancelled")
+            raise
+        except Exception as exc:
+            self._failed = exc
+            raise StreamFailed(f"completing the upload failed: {exc}") from exc
+        return None
+
+    async def abort(self) -> None:
+        await self._serial(self._abort)  # type: ignore[unused-coroutine]  # the runner awaits it
+
+    async def _abort(self) -> None:
+        if await self._writer.closed():
+            return
+        await self._writer.__aexit__(_Aborted, _Aborted("aborted by portable"), None)
+
+
+class _AsyncSpooledWrite(AsyncWriteStream):
+    """A streamed write sent as one ``put`` at commit (the sync ``_SpooledWrite``'s rules).
+
+    Spooled in memory up to ``part_size``, then to a temporary file; the object
+    appears only when the one conditional PUT succeeds.
+    """
+
+    def __init__(self, driver: ObstoreAsyncStorage, key: str, options: WriteOptions, part_size: int) -> None:
+        self._driver = driver
+        self._key = key
+        self._options = options
+        self._spool: Any = tempfile.SpooledTemporaryFile(max_size=part_size, prefix="portable-obstore-")  # noqa: SIM115 (closed at commit or abort)
+
+    async def write(self, data: bytes) -> None:
+        self._spool.write(data)
+
+    async def commit(self) -> str | None:
+        self._spool.seek(0)
+        etag = await self._driver.put(self._key, self._spool.read(), self._options)
+        self._spool.close()  # kept open until then: a failed commit is retried by the Bucket
+        return etag
+
+    async def abort(self) -> None:
+        self._spool.close()
