@@ -482,6 +482,6 @@ def test_a_missing_capability_is_the_sync_unsupported(case: Case, unique_name: s
 
 def test_run_cancelled_at_random_points_handles_every_message_once(case: Case) -> None:
     """tests/aio/test_consumer.py's seeded random cancels of ``run()``, on this native engine's queue."""
-    from tests.aio import test_consumer  # tests/aio/test_consumer.py: one test body, run here on each emulator
+    from tests.aio import test_consumer  # one test body, run here on each emulator
 
     test_consumer.test_run_cancelled_at_random_points_handles_every_message_once(case.url)
