@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ..driver.idempotency import (
     COMPLETED,
@@ -35,6 +35,9 @@ from ..driver.idempotency import (
     released_record,
 )
 from ..urls import ParsedURL
+
+if TYPE_CHECKING:
+    from ..driver.aio_idempotency import InlineStoreDriver
 
 __all__ = ["MemoryStore"]
 
@@ -124,6 +127,13 @@ class MemoryStore:
             now = self._clock()
             if change_needed(record, key, token, None, now):
                 self._records[key] = extended_record(record, lease, now)
+
+    def async_driver(self) -> InlineStoreDriver:
+        """The async face's driver: calls on the event loop, no thread (a dict under a lock never blocks)."""
+        # imported here: it loads asyncio (~40 ms), which only async callers should pay for
+        from ..driver.aio_idempotency import InlineStoreDriver
+
+        return InlineStoreDriver(self)
 
     def purge_expired(self) -> int:
         """Drop expired records; return how many."""
