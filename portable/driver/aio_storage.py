@@ -20,6 +20,7 @@ Capabilities, scheme, endpoint and known differences are the sync driver's.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import IO, Any, Literal, TypeVar
@@ -72,19 +73,36 @@ class AsyncWriteStream:
     Same contract as WriteStream: nothing visible before :meth:`commit`, a
     failed :meth:`write` appends nothing, :meth:`abort` leaves no object and
     no orphaned parts.
+
+    The sync stream sees one call at a time, in order, even when an awaiting
+    task is cancelled (or an attempt times out) while its call still runs in
+    a pool thread: the next call (the abort that follows a cancel, a retried
+    write) waits for that one to end first, so an abort never races a part
+    upload.
     """
 
     def __init__(self, raw: WriteStream) -> None:
         self._raw = raw
+        self._last: asyncio.Future[Any] | None = None
+
+    async def _serial(self, fn: Callable[..., T], *args: Any) -> T:
+        last = self._last
+        if last is not None and not last.done():
+            await asyncio.wait([last])
+        call: asyncio.Future[T] = asyncio.ensure_future(run_blocking(fn, *args))
+        self._last = call
+        call.add_done_callback(_retrieved)
+        # shielded: a cancel stops this wait, not the call, which the next call waits for
+        return await asyncio.shield(call)
 
     async def write(self, data: bytes) -> None:
-        await run_blocking(self._raw.write, data)
+        await self._serial(self._raw.write, data)
 
     async def commit(self) -> str | None:
-        return await run_blocking(self._raw.commit)
+        return await self._serial(self._raw.commit)
 
     async def abort(self) -> None:
-        await run_blocking(self._raw.abort)
+        await self._serial(self._raw.abort)
 
 
 class AsyncStorageDriver:
@@ -187,6 +205,12 @@ class AsyncStorageDriver:
 
     async def aclose(self) -> None:
         """Release the async side's own connections (native drivers); the sync driver is closed by its owner."""
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    """Mark a shielded call's error as seen: its awaiter may be gone (cancelled), the error is raised there or dropped."""
+    if not done.cancelled():
+        done.exception()
 
 
 _END = object()

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
-from ..driver.storage import check_key
 from ..errors import InvalidArgument, NotFound
-from ._checks import check_prefix, checked_bytes, checked_write_options
+from ..resilience import Guard
+from ._requests import copy_many_request, copy_prefix_request, keys_request, put_many_request
 from ._state import BucketState
 
 T = TypeVar("T")
@@ -44,6 +44,24 @@ def check_concurrency(concurrency: object, default: int) -> int:
     return concurrency
 
 
+def missing(key: str, provider: str) -> NotFound:
+    """The NotFound of a batch read whose key has no object."""
+    return NotFound(f"get {key}: no such object", provider=provider)
+
+
+def worth_retrying(guard: Guard, op_class: str, what: str, first: BaseException) -> bool:
+    """Settle one failed batch item's first error: True to retry it alone, False for a missing read.
+
+    Raises the item's error, wrapped once, when it is final.
+    """
+    err = guard.wrap(what, first)
+    if isinstance(err, NotFound) and op_class == "read":
+        return False
+    if not err.retryable:
+        raise err from (None if err is first else first)
+    return True
+
+
 def driver_batches(items: list[T]) -> Iterator[list[T]]:
     """Yield ``items`` in order, in slices of at most :data:`DRIVER_BATCH_SIZE`."""
     for i in range(0, len(items), DRIVER_BATCH_SIZE):
@@ -55,14 +73,8 @@ class BatchOperations(BucketState):
 
     __slots__ = ()
 
-    def _checked_keys(self, keys: Iterable[str]) -> list[str]:
-        """The keys of a batch read, each checked (InvalidKey before any request)."""
-        if isinstance(keys, str):
-            raise InvalidArgument("keys must be an iterable of keys, not one str: pass [key]")
-        return [check_key(k, self._max_key) for k in keys]
-
     def _missing(self, key: str) -> NotFound:
-        return NotFound(f"get {key}: no such object", provider=self.provider)
+        return missing(key, self.provider)
 
     def get_many(self, keys: Iterable[str], *, missing_ok: bool = False) -> dict[str, bytes]:
         """Fetch many objects concurrently (the driver's native concurrency, bounded).
@@ -79,7 +91,7 @@ class BatchOperations(BucketState):
             InvalidArgument: ``keys`` is one str rather than an iterable of keys.
             NotFound: a key has no object (and not ``missing_ok``).
         """
-        keys = self._checked_keys(keys)
+        keys = keys_request(keys, self._max_key)
         out: dict[str, bytes] = {}
         for batch in driver_batches(keys):
             for key, result in self._driver.get_many(batch):
@@ -127,7 +139,7 @@ class BatchOperations(BucketState):
                 iterator reaches it; fetches in flight are abandoned as on close.
             PortableError: another failure, after its retries, likewise.
         """
-        checked = self._checked_keys(keys)
+        checked = keys_request(keys, self._max_key)
         limit = check_concurrency(concurrency, self._driver.batch_concurrency)
         # the caller's context (its deadline) now: a generator's body runs only at the first next()
         return self._stream(checked, missing_ok, limit, contextvars.copy_context())
@@ -187,11 +199,9 @@ class BatchOperations(BucketState):
         Content type, metadata and headers apply to every object (see ``put``).
         A failed object is retried on its own; the first that still fails raises.
         """
-        pairs = list(items.items()) if isinstance(items, Mapping) else list(items)
-        checked = [(check_key(k, self._max_key), checked_bytes(v)) for k, v in pairs]
-        options = checked_write_options(
-            content_type, metadata, None, None, self._caps, self.provider,
-            cache_control=cache_control, content_encoding=content_encoding, content_disposition=content_disposition,
+        checked, options = put_many_request(
+            items, self._caps, self.provider, content_type, metadata, cache_control, content_encoding,
+            content_disposition,
         )
         out: dict[str, str | None] = {}
         for batch in driver_batches(checked):
@@ -204,7 +214,7 @@ class BatchOperations(BucketState):
 
     def delete_many(self, keys: Iterable[str]) -> None:
         """Delete many objects concurrently; missing keys are not an error."""
-        keys = [check_key(k, self._max_key) for k in keys]
+        keys = keys_request(keys, self._max_key)
         for batch in driver_batches(keys):
             for key, result in self._driver.delete_many(batch):
                 if isinstance(result, BaseException):
@@ -220,12 +230,7 @@ class BatchOperations(BucketState):
         NotFound naming it. The first copy that still fails raises; copies of earlier
         batches are done by then, and copies of its batch may be.
         """
-        items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
-        checked = [(check_key(src, self._max_key), check_key(dst, self._max_key)) for src, dst in items]
-        targets = [dst for _, dst in checked]
-        if len(set(targets)) != len(targets):
-            twice = next(dst for dst in targets if targets.count(dst) > 1)
-            raise InvalidArgument(f"copy_many: destination {twice[:200]!r} appears more than once")
+        checked = copy_many_request(pairs, self._max_key)
         out: dict[str, str | None] = {}
         for batch in driver_batches(checked):
             source_of = {dst: src for src, dst in batch}
@@ -250,13 +255,7 @@ class BatchOperations(BucketState):
             InvalidKey: a destination key would be invalid (too long); objects of
                 earlier pages are copied by then.
         """
-        src = check_prefix(src_prefix)
-        dst = check_prefix(dst_prefix)
-        if src.startswith(dst) or dst.startswith(src):
-            raise InvalidArgument(
-                f"copy_prefix: {src!r} and {dst!r} overlap (one is a prefix of the other); "
-                "copy to a prefix outside the source"
-            )
+        src, dst = copy_prefix_request(src_prefix, dst_prefix)
         copied = 0
         batch: list[tuple[str, str]] = []
         for info in self.list(src, page_size=COPY_PREFIX_BATCH):
@@ -276,11 +275,8 @@ class BatchOperations(BucketState):
         A read of a missing object returns None (the caller decides whether
         that is an error); anything else returns what ``fn`` returns.
         """
-        err = self._guard.wrap(what, first)
-        if isinstance(err, NotFound) and op_class == "read":
+        if not worth_retrying(self._guard, op_class, what, first):
             return None
-        if not err.retryable:
-            raise err from (None if err is first else first)
         try:
             return self._guard.call(op_class, what, fn, *args)
         except NotFound:

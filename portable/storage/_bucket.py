@@ -8,43 +8,31 @@ Streams (``open``) and batches (``get_many`` and friends) are its two mixins,
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from .._native import native_object
 from ..driver.redaction import redact
 from ..driver.storage import ListPage, ObjectInfo, StorageCapabilities, StorageDriver, check_key
-from ..errors import InvalidArgument, MissingDependency, NotFound, TooLarge, Unsupported
+from ..errors import MissingDependency, NotFound
 from ..resilience import Guard, ResiliencePolicy
 from ._batch import BatchOperations
-from ._checks import (
-    NO_WRITE_OPTIONS,
-    check_prefix,
-    checked_bytes,
-    checked_write_options,
-    is_clearly_valid_key,
-)
+from ._checks import check_prefix, is_clearly_valid_key
 from ._idempotent_put import idempotent_put
+from ._requests import (
+    age,
+    list_page_request,
+    page_entries,
+    put_request,
+    range_request,
+    signed_url_request,
+)
 from ._streams import StreamOperations
 
 if TYPE_CHECKING:
     from ..fsspec import BucketFileSystem
 
 T = TypeVar("T")
-
-
-def _age(older_than: object) -> dt.timedelta:
-    """``older_than`` of :meth:`Bucket.abort_incomplete` as a timedelta, else InvalidArgument."""
-    if isinstance(older_than, dt.timedelta):
-        delta = older_than
-    elif type(older_than) in (int, float) and math.isfinite(older_than):  # type: ignore[arg-type]
-        delta = dt.timedelta(seconds=older_than)  # type: ignore[arg-type]
-    else:
-        raise InvalidArgument(f"older_than must be seconds (a finite number) or a timedelta, got {older_than!r}")
-    if delta < dt.timedelta(0):
-        raise InvalidArgument(f"older_than must be >= 0, got {delta}")
-    return delta
 
 
 class Bucket(BatchOperations, StreamOperations):
@@ -103,11 +91,7 @@ class Bucket(BatchOperations, StreamOperations):
         clipped, and ``start`` at or beyond the size returns ``b""`` on every
         provider (S3 and GCS answer 416 there; the drivers hide that).
         """
-        check_key(key, self._max_key)
-        if type(start) is not int or start < 0:
-            raise InvalidArgument(f"start must be an int >= 0, got {start!r}")
-        if end is not None and (type(end) is not int or end < start):
-            raise InvalidArgument(f"end must be an int >= start ({start}), got {end!r}")
+        range_request(key, start, end, self._max_key)
         if end == start:
             self.head(key)  # a zero-length range still reports a missing key
             return b""
@@ -187,25 +171,11 @@ class Bucket(BatchOperations, StreamOperations):
                 cache_control=cache_control, content_encoding=content_encoding,
                 content_disposition=content_disposition,
             )
-        if not is_clearly_valid_key(key):
-            check_key(key, self._max_key)
-        if type(data) is not bytes:
-            data = checked_bytes(data)
-        if (
-            content_type is None and metadata is None and if_none_match is None and if_match is None
-            and cache_control is None and content_encoding is None and content_disposition is None
-        ):
-            options = NO_WRITE_OPTIONS
-        else:
-            options = checked_write_options(
-                content_type, metadata, if_none_match, if_match, self._caps, self.provider,
-                cache_control=cache_control, content_encoding=content_encoding,
-                content_disposition=content_disposition,
-            )
-        limit = self._caps.max_object_bytes
-        if limit is not None and len(data) > limit:
-            raise TooLarge(f"{len(data)} bytes is over {self.provider}://'s single-put limit of {limit}")
-        return self._guard.call("write", f"put {key}", self._driver.put, key, data, options)
+        raw, options = put_request(
+            key, data, self._caps, self.provider, content_type, metadata, if_none_match, if_match,
+            cache_control, content_encoding, content_disposition,
+        )
+        return self._guard.call("write", f"put {key}", self._driver.put, key, raw, options)
 
     def delete(self, key: str) -> None:
         """Delete the object. Deleting a missing key is not an error."""
@@ -250,7 +220,7 @@ class Bucket(BatchOperations, StreamOperations):
             Unsupported: the provider cannot list its incomplete writes.
             InvalidArgument / InvalidKey: before any request.
         """
-        delta = _age(older_than)
+        delta = age(older_than)
         check_prefix(prefix)
         return self._guard.call(
             "write", f"abort_incomplete {prefix}", self._driver.abort_incomplete, prefix, delta
@@ -262,7 +232,7 @@ class Bucket(BatchOperations, StreamOperations):
         Raises:
             Unsupported: the provider cannot list its incomplete writes.
         """
-        delta = _age(older_than)
+        delta = age(older_than)
         check_prefix(prefix)
         return self._guard.call("read", f"list_incomplete {prefix}", self._driver.list_incomplete, prefix, delta)
 
@@ -280,15 +250,7 @@ class Bucket(BatchOperations, StreamOperations):
 
         Objects and common prefixes are each in lexical (UTF-8 byte) order.
         """
-        check_prefix(prefix)
-        if delimiter is not None and delimiter != "/":
-            raise InvalidArgument(f"delimiter must be '/' or None, got {delimiter!r}")
-        if start_after is not None and type(start_after) is not str:
-            raise InvalidArgument("start_after must be a str key")
-        if type(page_size) is not int or not 1 <= page_size <= 1000:
-            raise InvalidArgument(f"page_size must be an int from 1 to 1000, got {page_size!r}")
-        if token is not None and type(token) is not str:
-            raise InvalidArgument("token must be a str from a previous page's next_token")
+        list_page_request(prefix, delimiter, start_after, page_size, token)
         return self._guard.call(
             "read", f"list {prefix}", self._driver.list_page, prefix, delimiter, start_after, page_size, token
         )
@@ -316,10 +278,7 @@ class Bucket(BatchOperations, StreamOperations):
                 prefix, delimiter=delimiter, start_after=start_after, page_size=page_size, token=token
             )
             token = page.next_token
-            entries = page.objects
-            if page.prefixes:
-                entries = [*entries, *(ObjectInfo(key=p, is_prefix=True) for p in page.prefixes)]
-                entries.sort(key=lambda e: e.key)
+            entries = page_entries(page)
             del page
             yield from entries
             del entries  # not held while the next page is fetched
@@ -344,14 +303,7 @@ class Bucket(BatchOperations, StreamOperations):
         Raises:
             Unsupported: the provider (or its credentials) cannot sign URLs.
         """
-        check_key(key, self._max_key)
-        if method not in ("GET", "PUT"):
-            raise InvalidArgument(f"method must be 'GET' or 'PUT', got {method!r}")
-        delta = expires if isinstance(expires, dt.timedelta) else dt.timedelta(seconds=expires)
-        if not dt.timedelta(seconds=1) <= delta <= dt.timedelta(days=7):
-            raise InvalidArgument(f"expires must be between 1 second and 7 days, got {delta}")
-        if not self._caps.signed_urls:
-            raise Unsupported(f"{self.provider}:// cannot sign URLs", provider=self.provider)
+        delta = signed_url_request(key, method, expires, self._caps, self.provider)
         return self._guard.call(
             "read", f"signed_url {key}", self._driver.signed_url, key, method, delta, content_type
         )

@@ -8,10 +8,11 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import IO, Any, Literal, TypeVar, overload
 
-from ..driver.storage import ObjectInfo, StorageDriver, WriteStream, check_key
-from ..errors import ErrorCode, InvalidArgument, NotFound, PortableError
+from ..driver.storage import ObjectInfo, StorageDriver, WriteStream
+from ..errors import ErrorCode, NotFound, PortableError
 from ..resilience import Guard
-from ._checks import checked_bytes, checked_write_options
+from ._checks import checked_bytes
+from ._requests import open_read_request, open_write_request
 from ._state import BucketState
 
 R = TypeVar("R")
@@ -19,8 +20,8 @@ R = TypeVar("R")
 #: The default part size of streamed writes.
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
 
-#: How much of an object is read at once when a commit's outcome is checked.
-_READ_BACK_CHUNK = 1 << 20
+#: How much of an object is read at once when a commit's outcome is checked (and per async chunk).
+READ_CHUNK = 1 << 20
 
 #: Errors of a first commit attempt that say the provider refused it, so nothing was written.
 _CERTAIN_FAILURES = frozenset({
@@ -31,6 +32,72 @@ _CERTAIN_FAILURES = frozenset({
     ErrorCode.UNSUPPORTED,
     ErrorCode.TOO_LARGE,
 })
+
+
+class WriteLedger:
+    """What a streamed write has taken, shared by the sync and async writers (no I/O here).
+
+    It cuts the bytes written into parts of ``part_size``, keeps their count
+    and SHA-256 (to recognise the writer's own object after a commit whose
+    reply was lost) and decides when a failed commit must be settled by
+    looking at the store.
+    """
+
+    __slots__ = ("_buffer", "_digest", "_part_size", "commit_tried", "written")
+
+    def __init__(self, part_size: int) -> None:
+        self._part_size = part_size
+        self._buffer = bytearray()
+        self._digest = hashlib.sha256()
+        self.written = 0
+        #: a commit attempt failed: any later failure is checked too
+        self.commit_tried = False
+
+    def take(self, data: object) -> tuple[int, list[bytes]]:
+        """Accept ``data`` (bytes-like, else InvalidArgument); return its length and the parts now full."""
+        chunk = checked_bytes(data)
+        self._buffer += chunk
+        self.written += len(chunk)
+        self._digest.update(chunk)
+        parts: list[bytes] = []
+        size = self._part_size
+        while len(self._buffer) >= size:
+            parts.append(bytes(self._buffer[:size]))
+            del self._buffer[:size]
+        return len(chunk), parts
+
+    def rest(self) -> bytes:
+        """The bytes not yet handed over as a part (the last part), removed from the buffer."""
+        last = bytes(self._buffer)
+        self._buffer.clear()
+        return last
+
+    def clear(self) -> None:
+        self._buffer.clear()
+
+    def must_look(self, code: ErrorCode) -> bool:
+        """After a commit failed with ``code``: whether its outcome is unknown (look at the store).
+
+        False only for a first attempt that the provider refused outright: nothing was written.
+        """
+        if code in _CERTAIN_FAILURES and not self.commit_tried:
+            return False
+        self.commit_tried = True
+        return True
+
+    def is_mine(self, info: ObjectInfo, digest: bytes | None) -> bool:
+        """Whether the stored object ``info`` (with SHA-256 ``digest``) holds exactly the bytes streamed."""
+        return info.size == self.written and digest == self._digest.digest()
+
+    def unknown(self, guard: Guard, key: str, commit_error: Exception, check_error: PortableError) -> PortableError:
+        """The error of a commit whose outcome could not be read back: not retryable, saying so."""
+        err = guard.wrap(f"commit {key}", commit_error)
+        return type(err)(
+            f"{err.message}; whether the object was written is unknown: reading it back failed: "
+            f"{check_error.message}",
+            provider=err.provider,
+            retryable=False,
+        )
 
 
 class BucketWriter(io.RawIOBase):
@@ -58,12 +125,8 @@ class BucketWriter(io.RawIOBase):
         self._guard = guard
         self._key = key
         self._stream = stream
-        self._part_size = part_size
         self._driver = driver
-        self._buffer = bytearray()
-        self._written = 0
-        self._digest = hashlib.sha256()
-        self._commit_tried = False  # a commit attempt failed: any later failure is checked too
+        self._ledger = WriteLedger(part_size)
         self._done = False
         self.etag: str | None = None
 
@@ -73,18 +136,13 @@ class BucketWriter(io.RawIOBase):
     def write(self, data: Any) -> int:
         if self._done:
             raise ValueError("write to a closed portable writer")
-        chunk = checked_bytes(data)
-        self._buffer += chunk
-        self._written += len(chunk)
-        self._digest.update(chunk)
-        while len(self._buffer) >= self._part_size:
-            part = bytes(self._buffer[: self._part_size])
-            del self._buffer[: self._part_size]
+        taken, parts = self._ledger.take(data)
+        for part in parts:
             self._call_or_abort("write", self._stream.write, part)
-        return len(chunk)
+        return taken
 
     def tell(self) -> int:
-        return self._written
+        return self._ledger.written
 
     def _call_or_abort(self, what: str, fn: Callable[..., R], *args: Any) -> R:
         """Run a stream call under the write policy; any failure aborts the whole write."""
@@ -98,9 +156,9 @@ class BucketWriter(io.RawIOBase):
         """Commit the object (with its conditions). Idempotent."""
         if self._done:
             return
-        if self._buffer:
-            self._call_or_abort("write", self._stream.write, bytes(self._buffer))
-            self._buffer.clear()
+        last = self._ledger.rest()
+        if last:
+            self._call_or_abort("write", self._stream.write, last)
         self.etag = self._call_or_abort("commit", self._commit_once)
         self._done = True
         super().close()
@@ -114,9 +172,8 @@ class BucketWriter(io.RawIOBase):
         try:
             return self._stream.commit()
         except Exception as exc:
-            if self._driver.code_of(exc) in _CERTAIN_FAILURES and not self._commit_tried:
+            if not self._ledger.must_look(self._driver.code_of(exc)):
                 raise  # the provider refused the commit itself: nothing was written
-            self._commit_tried = True
             found = self._stored_if_mine(exc)
             if found is not None:
                 return found.etag
@@ -126,26 +183,20 @@ class BucketWriter(io.RawIOBase):
         """The stored object under the key if it holds exactly the bytes streamed, else None."""
         try:
             info = self._guard.call("read", f"head {self._key}", self._driver.head, self._key)
-            if info.size != self._written:
+            if info.size != self._ledger.written:
                 return None
             digest = self._guard.call("read", f"read back {self._key}", self._stored_digest)
         except NotFound:
             return None
         except PortableError as check_error:
-            err = self._guard.wrap(f"commit {self._key}", commit_error)
-            raise type(err)(
-                f"{err.message}; whether the object was written is unknown: reading it back failed: "
-                f"{check_error.message}",
-                provider=err.provider,
-                retryable=False,
-            ) from commit_error
-        return info if digest == self._digest.digest() else None
+            raise self._ledger.unknown(self._guard, self._key, commit_error, check_error) from commit_error
+        return info if self._ledger.is_mine(info, digest) else None
 
     def _stored_digest(self) -> bytes:
         """The SHA-256 of the object stored under the key, read in parts."""
         digest = hashlib.sha256()
         with self._driver.open_read(self._key) as stream:
-            while chunk := stream.read(_READ_BACK_CHUNK):
+            while chunk := stream.read(READ_CHUNK):
                 digest.update(chunk)
         return digest.digest()
 
@@ -154,7 +205,7 @@ class BucketWriter(io.RawIOBase):
         if self._done:
             return
         self._done = True
-        self._buffer.clear()
+        self._ledger.clear()
         try:
             self._stream.abort()
         finally:
@@ -291,24 +342,15 @@ class StreamOperations(BucketState):
             part_size: bytes per part. Defaults to 8 MiB; at least the
                 provider's ``min_part_bytes``.
         """
-        check_key(key, self._max_key)
-        if mode == "rb":
-            if (
-                content_type or metadata or if_none_match or if_match
-                or cache_control is not None or content_encoding is not None or content_disposition is not None
-            ):
-                raise InvalidArgument("write options apply to mode 'wb' only")
+        if open_read_request(
+            key, mode, self._max_key, content_type, metadata, if_none_match, if_match,
+            cache_control, content_encoding, content_disposition,
+        ):
             inner = self._guard.call("read", f"open {key}", self._driver.open_read, key)
             return BucketReader(self._guard, key, inner)  # type: ignore[return-value]
-        if mode != "wb":
-            raise InvalidArgument(f"mode must be 'rb' or 'wb', got {mode!r}")
-        if type(part_size) is not int or part_size < self._caps.min_part_bytes:
-            raise InvalidArgument(
-                f"part_size must be an int >= {self._caps.min_part_bytes} on {self.provider}://, got {part_size!r}"
-            )
-        options = checked_write_options(
-            content_type, metadata, if_none_match, if_match, self._caps, self.provider,
-            cache_control=cache_control, content_encoding=content_encoding, content_disposition=content_disposition,
+        options = open_write_request(
+            part_size, self._caps, self.provider, content_type, metadata, if_none_match, if_match,
+            cache_control, content_encoding, content_disposition,
         )
         stream = self._guard.call("write", f"open {key}", self._driver.open_write, key, options, part_size)
         return BucketWriter(self._guard, key, stream, part_size, self._driver)  # type: ignore[return-value]

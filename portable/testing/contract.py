@@ -5,6 +5,11 @@ This is what ``portable contract`` does::
     portable contract --profile aws
     portable contract storage=s3://my-bucket/scratch messaging=sqs://probe-queue
     portable contract s3://my-bucket/scratch --junit-xml report.xml --json report.json
+    portable contract s3://my-bucket/scratch --face async
+
+A suite with two faces (storage) runs each test on the sync type and on its
+:mod:`portable.aio` twin (``--face both``, the default); a test's name in the
+report carries its face, ``test_x[sync]`` / ``test_x[async]``.
 
 Each provider is tested inside a namespace of its own that the run creates
 and removes: a key prefix ``portable-contract-<run id>/`` under the bucket URL
@@ -36,7 +41,10 @@ from ..driver.redaction import redact
 from ..errors import InvalidArgument, MissingDependency
 from ..urls import known_schemes, parse_url
 
-__all__ = ["ContractTarget", "ProviderReport", "parse_targets", "run_contract"]
+__all__ = ["FACE_CHOICES", "ContractTarget", "ProviderReport", "parse_targets", "run_contract"]
+
+#: ``--face``: which faces of a two-faced suite to run
+FACE_CHOICES = ("both", "sync", "async")
 
 #: domain -> (suite "module:Class", fixture the suite needs, fixture body template)
 SUITES: dict[str, tuple[str, str]] = {
@@ -207,9 +215,19 @@ def run_contract(
     junit_xml: str | None = None,
     json_path: str | None = None,
     select: str | None = None,
+    face: str = "both",
     out: TextIO = sys.stdout,
 ) -> tuple[int, list[ProviderReport]]:
-    """Run the suites for ``targets``; print the report; return (exit code, reports)."""
+    """Run the suites for ``targets``; print the report; return (exit code, reports).
+
+    ``face`` (``"both"``, ``"sync"`` or ``"async"``) picks the faces of a suite
+    that has two; a one-faced suite runs as it is.
+
+    Raises:
+        InvalidArgument: ``face`` is not one of :data:`FACE_CHOICES`.
+    """
+    if face not in FACE_CHOICES:
+        raise InvalidArgument(f"face must be one of {', '.join(FACE_CHOICES)}, got {face!r}")
     try:
         import pytest
     except ModuleNotFoundError as exc:
@@ -236,7 +254,15 @@ def run_contract(
         if select:
             args += ["-k", select]
         if _TARGETS:
-            pytest.main(args, plugins=[collector])
+            saved = os.environ.get("PORTABLE_CONTRACT_FACES")
+            os.environ["PORTABLE_CONTRACT_FACES"] = "" if face == "both" else face
+            try:
+                pytest.main(args, plugins=[collector])
+            finally:
+                if saved is None:
+                    os.environ.pop("PORTABLE_CONTRACT_FACES", None)
+                else:
+                    os.environ["PORTABLE_CONTRACT_FACES"] = saved
         for i, target in enumerate(targets):
             if str(i) not in _TARGETS:
                 continue

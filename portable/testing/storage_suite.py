@@ -14,6 +14,12 @@ Fixture contract:
     that is empty when the test starts and that the test may fill. A fresh
     prefix per test (``unique_name``) keeps tests independent.
 
+Two faces: every test runs twice, ``test_x[sync]`` on :class:`~portable.storage.Bucket`
+and ``test_x[async]`` on :class:`portable.aio.AsyncBucket` (through
+:func:`portable.testing.faces.blocking`, so one test body serves both). Set
+``faces = ("sync",)`` on a subclass to run one face; an ``xfail`` entry applies
+to both (it is looked up by the test's name).
+
 The suite opens the URL with a short retry policy and no circuit breaker, so
 one flaky response does not hide the behaviour under test. Tests of optional
 features (signed URLs, conditional streaming writes) are skipped with the
@@ -29,6 +35,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from ..aio._bucket import AsyncBucket
 from ..config import Profile
 from ..errors import (
     AlreadyExists,
@@ -40,8 +47,12 @@ from ..errors import (
 )
 from ..resilience import ResiliencePolicy, RetryPolicy
 from ..storage import Bucket, open_bucket
+from .faces import blocking
 
 __all__ = ["StorageContract", "contract_profile"]
+
+#: the faces a suite runs on: the sync types and their portable.aio twins
+FACES = ("sync", "async")
 
 BAD_KEYS = [
     "",
@@ -73,14 +84,28 @@ class StorageContract:
     """Mix-in with the storage contract tests. Provide the ``bucket_url`` fixture."""
 
     xfail: dict[str, str] = {}
+    #: the faces each test runs on (the ``face`` parameter, applied by portable's pytest plugin)
+    faces: tuple[str, ...] = FACES
 
     @pytest.fixture
-    def bucket(self, bucket_url: str) -> Iterator[Bucket]:
+    def face(self, request: pytest.FixtureRequest) -> str:
+        """``"sync"`` or ``"async"``: which face this run of a test goes through."""
+        return str(getattr(request, "param", "sync"))
+
+    @pytest.fixture
+    def bucket(self, bucket_url: str, face: str) -> Iterator[Bucket]:
         b = open_bucket(bucket_url, profile=contract_profile(bucket_url))
+        if face == "sync":
+            try:
+                yield b
+            finally:
+                b.close()
+            return
+        twin = blocking(AsyncBucket.from_sync(b))
         try:
-            yield b
+            yield twin
         finally:
-            b.close()
+            twin.aclose()
 
     @staticmethod
     def part_size(bucket: Bucket) -> int:

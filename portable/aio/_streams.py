@@ -1,0 +1,341 @@
+"""Async streamed reads and writes: ``AsyncBucket.open(key, "rb" | "wb")``.
+
+The twins of :mod:`portable.storage._streams`: the same arguments (checked by
+the same functions), the same part sizing and commit settlement (the shared
+:class:`~portable.storage._streams.WriteLedger`), and the same rule that
+nothing is visible until a write commits. Here the rule holds for cancellation
+too: a task cancelled mid-write aborts the upload (shielded, so the abort
+finishes) and the CancelledError goes on.
+
+``bucket.open(...)`` returns an opener that is both awaitable and an async
+context manager::
+
+    async with bucket.open("big.bin", "wb") as w:   # commits on a clean exit
+        await w.write(data)
+    async with bucket.open("big.bin") as r:
+        head = await r.read(100)
+        async for chunk in r:                        # up to 1 MiB per chunk
+            ...
+    r = await bucket.open("big.bin")                 # the same reader, closed by you
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Mapping
+from types import TracebackType
+from typing import Any, Generic, Literal, TypeVar, overload
+
+from ..driver.aio_storage import AsyncReadStream, AsyncStorageDriver, AsyncWriteStream
+from ..driver.storage import ObjectInfo, StorageCapabilities, StorageDriver
+from ..errors import NotFound, PortableError
+from ..resilience import Guard
+from ..storage._requests import open_read_request, open_write_request
+from ..storage._streams import DEFAULT_PART_SIZE, READ_CHUNK, WriteLedger
+
+__all__ = ["AsyncBucketReader", "AsyncBucketWriter", "AsyncStreamOperations", "Opener"]
+
+R = TypeVar("R")
+S = TypeVar("S", "AsyncBucketReader", "AsyncBucketWriter")
+
+
+class AsyncBucketReader:
+    """What ``AsyncBucket.open(key, "rb")`` gives: ``await read(n)``, ``async for chunk``, ``await seek()``.
+
+    Each native error becomes the portable error its driver classifies it as
+    (once, with ``__cause__``). A read is not retried mid-stream: reopen and
+    seek to resume, as with the sync reader. ``seek`` works where the sync
+    reader's does (``seekable()`` says).
+    """
+
+    def __init__(self, guard: Guard, key: str, inner: AsyncReadStream) -> None:
+        self._guard = guard
+        self._what = f"read {key}"
+        self._inner = inner
+        self.closed = False
+
+    async def _native(self, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
+        try:
+            return await fn(*args)
+        except Exception as exc:
+            raise self._guard.wrap(self._what, exc) from exc
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on a closed portable reader")
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        try:
+            return bool(self._inner.seekable())
+        except Exception as exc:
+            raise self._guard.wrap(self._what, exc) from exc
+
+    async def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes (all that is left with ``-1`` or None); ``b""`` at the end."""
+        self._check_open()
+        return await self._native(self._inner.read, -1 if size is None else size)
+
+    async def readall(self) -> bytes:
+        return await self.read(-1)
+
+    async def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        return await self._native(self._inner.seek, offset, whence)
+
+    def tell(self) -> int:
+        try:
+            return self._inner.tell()
+        except Exception as exc:
+            raise self._guard.wrap(self._what, exc) from exc
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while chunk := await self.read(READ_CHUNK):
+            yield chunk
+
+    async def aclose(self) -> None:
+        """Release the stream. Idempotent."""
+        if not self.closed:
+            self.closed = True
+            await self._native(self._inner.close)
+
+    async def close(self) -> None:
+        await self.aclose()
+
+    async def __aenter__(self) -> AsyncBucketReader:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
+            await asyncio.shield(self.aclose())
+        else:
+            await self.aclose()
+
+
+class AsyncBucketWriter:
+    """What ``AsyncBucket.open(key, "wb")`` gives: ``await write(b)``, committed by ``await close()``.
+
+    Bytes are buffered into parts and handed to the driver; :meth:`close`
+    commits. Leaving an ``async with`` block by an exception, or by
+    cancellation, aborts instead (the abort is shielded: it finishes even as
+    the CancelledError goes on), so nothing partial is ever visible. A commit
+    whose reply was lost is settled by reading back what the store holds, as
+    :class:`~portable.storage._streams.BucketWriter` does; a cancel during the
+    commit leaves the whole object or none.
+    """
+
+    def __init__(
+        self, guard: Guard, key: str, stream: AsyncWriteStream, part_size: int,
+        driver: StorageDriver, adriver: AsyncStorageDriver,
+    ) -> None:
+        self._guard = guard
+        self._key = key
+        self._stream = stream
+        self._driver = driver
+        self._adriver = adriver
+        self._ledger = WriteLedger(part_size)
+        self._done = False
+        self.etag: str | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._done
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._ledger.written
+
+    async def write(self, data: Any) -> int:
+        """Take ``data`` (bytes-like); hand each full part to the driver. Return ``len(data)``."""
+        if self._done:
+            raise ValueError("write to a closed portable writer")
+        taken, parts = self._ledger.take(data)
+        for part in parts:
+            await self._call_or_abort("write", self._stream.write, part)
+        return taken
+
+    async def _call_or_abort(self, what: str, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
+        """Await a stream call under the write policy; any failure (a cancel too) aborts the whole write."""
+        try:
+            return await self._guard.acall("write", f"{what} {self._key}", fn, *args)
+        except BaseException:
+            await asyncio.shield(self.abort())
+            raise
+
+    async def close(self) -> None:
+        """Commit the object (with its conditions). Idempotent."""
+        if self._done:
+            return
+        last = self._ledger.rest()
+        if last:
+            await self._call_or_abort("write", self._stream.write, last)
+        self.etag = await self._call_or_abort("commit", self._commit_once)
+        self._done = True
+
+    async def aclose(self) -> None:
+        await self.close()
+
+    async def _commit_once(self) -> str | None:
+        try:
+            return await self._stream.commit()
+        except Exception as exc:
+            if not self._ledger.must_look(self._driver.code_of(exc)):
+                raise  # the provider refused the commit itself: nothing was written
+            found = await self._stored_if_mine(exc)
+            if found is not None:
+                return found.etag
+            raise
+
+    async def _stored_if_mine(self, commit_error: Exception) -> ObjectInfo | None:
+        try:
+            info = await self._guard.acall("read", f"head {self._key}", self._adriver.head, self._key)
+            if info.size != self._ledger.written:
+                return None
+            digest = await self._guard.acall("read", f"read back {self._key}", self._stored_digest)
+        except NotFound:
+            return None
+        except PortableError as check_error:
+            raise self._ledger.unknown(self._guard, self._key, commit_error, check_error) from commit_error
+        return info if self._ledger.is_mine(info, digest) else None
+
+    async def _stored_digest(self) -> bytes:
+        digest = hashlib.sha256()
+        stream = await self._adriver.open_read(self._key)
+        try:
+            while chunk := await stream.read(READ_CHUNK):
+                digest.update(chunk)
+        finally:
+            await stream.close()
+        return digest.digest()
+
+    async def abort(self) -> None:
+        """Discard what was written; nothing becomes visible."""
+        if self._done:
+            return
+        self._done = True
+        self._ledger.clear()
+        await self._stream.abort()
+
+    async def __aenter__(self) -> AsyncBucketWriter:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:
+            await asyncio.shield(self.abort())
+        else:
+            await self.close()
+
+
+class Opener(Generic[S]):
+    """What ``AsyncBucket.open`` returns: ``await`` it for the stream, or ``async with`` it.
+
+    The stream is opened (the request sent) only when awaited or entered;
+    the arguments were checked already, at ``open``.
+    """
+
+    __slots__ = ("_open", "_stream")
+
+    def __init__(self, open_: Callable[[], Coroutine[Any, Any, S]]) -> None:
+        self._open: Callable[[], Coroutine[Any, Any, S]] = open_
+        self._stream: S | None = None
+
+    def __await__(self) -> Generator[Any, None, S]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> S:
+        self._stream = await self._open()
+        return self._stream
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.__aexit__(exc_type, exc, tb)
+
+
+class AsyncStreamOperations:
+    """``AsyncBucket.open``: the streamed half of :class:`~portable.aio.AsyncBucket`."""
+
+    __slots__ = ()
+
+    _adriver: AsyncStorageDriver
+    _caps: StorageCapabilities
+    _driver: StorageDriver
+    _guard: Guard
+    _max_key: int
+    provider: str
+
+    @overload
+    def open(self, key: str, mode: Literal["rb"] = "rb") -> Opener[AsyncBucketReader]: ...
+    @overload
+    def open(
+        self,
+        key: str,
+        mode: Literal["wb"],
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        if_none_match: Literal["*"] | None = None,
+        if_match: str | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+        cache_control: str | None = None,
+        content_encoding: str | None = None,
+        content_disposition: str | None = None,
+    ) -> Opener[AsyncBucketWriter]: ...
+    def open(
+        self,
+        key: str,
+        mode: Literal["rb", "wb"] = "rb",
+        *,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        if_none_match: Literal["*"] | None = None,
+        if_match: str | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+        cache_control: str | None = None,
+        content_encoding: str | None = None,
+        content_disposition: str | None = None,
+    ) -> Opener[AsyncBucketReader] | Opener[AsyncBucketWriter]:
+        """Open a stream on the object; the arguments are :meth:`portable.storage.Bucket.open`'s.
+
+        ``"rb"`` reads; ``"wb"`` writes in parts of ``part_size`` bytes
+        (multipart where the provider has it) and makes the object visible only
+        when the writer is closed cleanly. An exception or a cancellation
+        inside ``async with`` aborts the write. Arguments are checked here,
+        before any request (InvalidKey, InvalidArgument, Unsupported).
+        """
+        if open_read_request(
+            key, mode, self._max_key, content_type, metadata, if_none_match, if_match,
+            cache_control, content_encoding, content_disposition,
+        ):
+            return Opener(lambda: self._open_read(key))
+        options = open_write_request(
+            part_size, self._caps, self.provider, content_type, metadata, if_none_match, if_match,
+            cache_control, content_encoding, content_disposition,
+        )
+
+        async def open_write() -> AsyncBucketWriter:
+            stream = await self._guard.acall(
+                "write", f"open {key}", self._adriver.open_write, key, options, part_size
+            )
+            return AsyncBucketWriter(self._guard, key, stream, part_size, self._driver, self._adriver)
+
+        return Opener(open_write)
+
+    async def _open_read(self, key: str) -> AsyncBucketReader:
+        inner = await self._guard.acall("read", f"open {key}", self._adriver.open_read, key)
+        return AsyncBucketReader(self._guard, key, inner)
