@@ -15,14 +15,13 @@ Where the thread-adapted default differs from a sync call:
 
 * :meth:`~AsyncComputeDriver.wait` holds one pool thread while the sync
   driver waits; the portable layer asks for slices of at most 30 s.
-* :meth:`~AsyncComputeDriver.logs` reads what there is now in one pool call.
-  With ``follow`` it does not run the sync driver's follow loop (a thread
-  asleep in it could not be stopped when the caller stops iterating): it
-  reads the log again on the event loop's timer, from 5 ms backing off to
-  :attr:`~AsyncComputeDriver.follow_poll` (0.5 s), yields the lines that
-  are new, and holds the last line back until a later one (or the job's end)
-  shows that it is whole. A pool thread is busy only during each read, so a
-  follower the caller abandons costs nothing.
+* :meth:`~AsyncComputeDriver.logs` reads what there is now in one pool
+  call. With ``follow`` it runs the sync driver's follow loop in one pool
+  thread for the whole iteration (never a thread per line), handing each line
+  to the event loop as it comes. When the caller stops iterating (``break``,
+  a cancel), the loop is told to stop: it does at its next line or at the
+  job's end, whichever comes first (a thread asleep in a driver's poll
+  cannot be interrupted), and only then is the thread free.
 * :meth:`~AsyncComputeDriver.list_jobs` reads the whole listing in one pool
   call, then yields it.
 
@@ -35,12 +34,25 @@ sync driver's; a capability the driver lacks raises the same Unsupported.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
+from typing import cast
 
 from .compute import ComputeCapabilities, ComputeDriver, JobSpec, JobStatus
 from .threads import run_blocking
 
 __all__ = ["AsyncComputeDriver"]
+
+_END = object()
+
+
+class _Failed:
+    """What a follow's pump hands over when the sync driver raised."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
 
 
 class AsyncComputeDriver:
@@ -53,8 +65,6 @@ class AsyncComputeDriver:
 
     #: whether this class serves requests on the event loop (True in native subclasses)
     native: bool = False
-    #: the longest pause between two reads of a followed log, in seconds
-    follow_poll: float = 0.5
 
     def __init__(self, sync: ComputeDriver) -> None:
         self.sync = sync
@@ -111,26 +121,52 @@ class AsyncComputeDriver:
         """The job's output lines; with ``follow``, until the job has ended and its output is drained.
 
         The first read happens at the first iteration (unknown id: NOT_FOUND
-        then). See the module docstring for how a follow polls.
+        then). See the module docstring for what a follow holds.
         """
-        seen = 0
-        delay = 0.005
-        while True:
-            ended = follow and (await self.describe(job_id)).done
-            lines = await self.read_logs(job_id)
-            if not follow or ended:
-                for line in lines[seen:]:
-                    yield line
-                return
-            whole = len(lines) - 1  # the last line may still be growing
-            if whole > seen:
-                for line in lines[seen:whole]:
-                    yield line
-                seen = whole
-                delay = 0.005
+        if not follow:
+            for line in await self.read_logs(job_id):
+                yield line
+            return
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[object] = asyncio.Queue()
+        stop = threading.Event()
+
+        def hand(item: object) -> bool:
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, item)
+            except RuntimeError:  # the loop is gone: nobody reads any more
+                return False
+            return not stop.is_set()
+
+        def pump() -> None:
+            try:
+                it = self.sync.logs(job_id, True)
+                try:
+                    for line in it:
+                        if not hand(line):
+                            return
+                finally:
+                    close = getattr(it, "close", None)
+                    if close is not None:
+                        close()
+            except BaseException as exc:
+                hand(_Failed(exc))
             else:
-                await asyncio.sleep(delay)
-                delay = min(delay * 1.5, self.follow_poll)
+                hand(_END)
+
+        pumping = asyncio.ensure_future(run_blocking(pump))
+        try:
+            while True:
+                item = await lines.get()
+                if item is _END:
+                    return
+                if isinstance(item, _Failed):
+                    raise item.exc
+                yield cast(str, item)
+        finally:
+            stop.set()
+            if pumping.done() and not pumping.cancelled():
+                pumping.exception()  # the pump reports through the queue; nothing is left unread
 
     async def aclose(self) -> None:
         """Release the async side's own connections (native drivers); the sync driver is closed by its owner."""
