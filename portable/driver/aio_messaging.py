@@ -11,6 +11,13 @@ serves on the event loop.
 
 A sync side names its async twin with ``TopicDriver.async_driver()`` and
 ``SubscriptionDriver.async_driver()``; the defaults return these classes.
+A driver class that serves both sides (every queue driver: ``mem``, ``sqlite``,
+SQS, Azure Queue, Pub/Sub) inherits both hooks under one name, so its
+``async_driver()`` must return one object that serves both:
+:class:`AsyncQueueDriver` (or a native subclass of it). The portable layer asks
+through :func:`async_topic_of` and :func:`async_subscription_of`, which take the
+hook's answer when it serves the side asked for and otherwise adapt that side
+through the pool, so a hook that serves only one side never breaks the other.
 
 Contracts (receive's long poll, leases, ordering, dead letters) are exactly
 the sync ones; errors are native and classified by the sync MessagingDriver.
@@ -33,7 +40,13 @@ from .messaging import (
 )
 from .threads import run_blocking
 
-__all__ = ["AsyncSubscriptionDriver", "AsyncTopicDriver"]
+__all__ = [
+    "AsyncQueueDriver",
+    "AsyncSubscriptionDriver",
+    "AsyncTopicDriver",
+    "async_subscription_of",
+    "async_topic_of",
+]
 
 
 class AsyncTopicDriver:
@@ -95,3 +108,27 @@ class AsyncSubscriptionDriver:
 
     async def aclose(self) -> None:
         """Release the async side's own connections (native drivers); the sync side is closed by its owner."""
+
+
+class AsyncQueueDriver(AsyncTopicDriver, AsyncSubscriptionDriver):
+    """Both async sides of a driver that serves both (a queue): what its ``async_driver()`` returns.
+
+    ``sync`` is the one sync driver; a native engine subclasses this and overrides what it serves.
+    """
+
+    sync: Any  # the one driver that is both a TopicDriver and a SubscriptionDriver
+
+    def __init__(self, sync: Any) -> None:
+        self.sync = sync
+
+
+def async_topic_of(side: TopicDriver) -> AsyncTopicDriver:
+    """The async publishing side of ``side``: its ``async_driver()`` if that publishes, else the pool adapter."""
+    made = side.async_driver()
+    return made if isinstance(made, AsyncTopicDriver) else AsyncTopicDriver(side)
+
+
+def async_subscription_of(side: SubscriptionDriver) -> AsyncSubscriptionDriver:
+    """The async receiving side of ``side``: its ``async_driver()`` if that receives, else the pool adapter."""
+    made: object = side.async_driver()
+    return made if isinstance(made, AsyncSubscriptionDriver) else AsyncSubscriptionDriver(side)

@@ -16,22 +16,37 @@ import logging
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..cloudevents import dedup_key_of
-from ..driver.idempotency import Claim, IdempotencyStore, TransactionalHandler, fingerprint
-from ..driver.messaging import ACKED, DEAD_LETTERED, MAX_RECEIVE
+from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
+from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
-from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
+from ..errors import PortableError, PreconditionFailed
+from ._handling import (
+    ACK,
+    CLAIM,
+    COMPLETE,
+    FORGET,
+    GIVE_BACK,
+    HANDLE,
+    MOVE,
+    NACK,
+    RELEASE,
+    TRANSACT,
+    Effect,
+    Holding,
+    MessageScript,
+    RunOptions,
+    drive,
+)
 from ._message import Message, MessageSettler
 
 if TYPE_CHECKING:
     from ._subscription import Subscription
-    from ._topic import Topic
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
@@ -132,6 +147,16 @@ class RunClaims:
         self._lock = threading.Lock()
         self._held: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends, extend it]
 
+    @classmethod
+    def of(cls, options: RunOptions) -> RunClaims | None:
+        """The claims of a run with ``options``, or None without an idempotency store."""
+        if options.idempotency is None:
+            return None
+        return cls(
+            options.idempotency, options.idempotency_key, lease=options.idempotency_lease,
+            ttl=options.idempotency_ttl, by_message_id=options.count_by_message_id,
+        )  # fmt: skip
+
     def key(self, message: Message) -> str | None:
         """The key ``message`` is claimed under, or None for none."""
         key = self.key_of(message)
@@ -223,96 +248,38 @@ class RunClaims:
                 log.warning("could not extend the idempotency claim %s: %s", key, exc)
 
 
-def _times(n: int) -> str:
-    return "once" if n == 1 else f"{n} times"
-
-
-def never_finished_reason(starts: int, failures: int, limit: int) -> str:
-    """Why a message whose handler started ``starts`` times without success is dead-lettered
-    before it runs again (``failures`` of those starts raised; the rest never finished)."""
-    crashed = starts - failures
-    if failures == 0:
-        return (
-            f"the handler started {_times(starts)} and never finished (the consumer crashed or timed "
-            f"out each time; max_deliveries={limit})"
-        )
-    if crashed <= 0:
-        return f"the handler failed {_times(failures)} (max_deliveries={limit})"
-    return (
-        f"the handler started {_times(starts)} without success: it failed {_times(failures)} and never "
-        f"finished {_times(crashed)} (the consumer crashed or timed out; max_deliveries={limit})"
-    )
-
-
-def failed_reason(starts: int, failures: int, error: str) -> str:
-    """Why a message whose handler just failed on its ``starts``-th start is dead-lettered
-    (``failures`` of the starts raised, this one included; ``error`` is the last)."""
-    crashed = starts - failures
-    if crashed <= 0:
-        return f"the handler failed {_times(failures)} (last: {error})"
-    return (
-        f"the handler started {_times(starts)} without success: it failed {_times(failures)} (last: "
-        f"{error}) and never finished {_times(crashed)} (the consumer crashed or timed out)"
-    )
-
-
 class ConsumerLoop:
     """The machinery of one :meth:`Subscription.run` call.
 
     Threads: the caller's thread receives; a pool of ``concurrency`` workers runs
     the handler; one lease keeper extends the leases of everything held. The lock
-    guards only bookkeeping, never a call to the provider.
+    guards only bookkeeping, never a call to the provider. What happens to each
+    message is :class:`~portable.messaging._handling.MessageScript`'s, run by
+    :meth:`_effect` (the async loop runs the same script).
     """
 
     def __init__(
-        self,
-        sub: Subscription,
-        settler: MessageSettler,
-        handler: Callable[[Message], Any],
-        *,
-        concurrency: int,
-        max_deliveries: int | None,
-        idempotency: IdempotencyStore | None,
-        target: Topic | None,
-        lease: float,
-        backoff: float,
-        max_backoff: float,
-        poll: float,
-        drain_timeout: float,
-        stop: threading.Event,
-        idempotency_key: Callable[[Message], str | None],
-        idempotency_lease: float,
-        idempotency_ttl: float,
-        count_by_message_id: bool = False,
+        self, sub: Subscription, settler: MessageSettler, options: RunOptions, stop: threading.Event
     ) -> None:
         self.sub = sub
         self.settler = settler
-        self.handler = handler
-        self.concurrency = concurrency
-        self.max_deliveries = max_deliveries
-        self.claims = (
-            None if idempotency is None
-            else RunClaims(
-                idempotency, idempotency_key, lease=idempotency_lease, ttl=idempotency_ttl,
-                by_message_id=count_by_message_id,
-            )
-        )  # fmt: skip
-        self.transactional = handler if isinstance(handler, TransactionalHandler) else None
-        self.store_locks = bool(getattr(idempotency, "locks_while_running", False))
-        self.target = target
-        self.lease = lease
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.poll = poll
-        self.drain_timeout = drain_timeout
+        self.options = options
+        self.handler = options.handler
+        self.concurrency = options.concurrency
+        self.lease = options.lease
+        self.poll = options.poll
+        self.drain_timeout = options.drain_timeout
+        self.claims = RunClaims.of(options)
         self.stop = stop
         self.abandon = threading.Event()
         self.finished = threading.Event()  # the drain is over: the lease keeper stops
         self.stats = RunStats()
         self.cond = threading.Condition(threading.Lock())
-        self.held: dict[int, Message] = {}  # received, not yet settled or given up
-        self.busy_keys: dict[str, deque[Message]] = {}
-        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="portable-consumer")
+        self.holding = Holding()
+        self.script = MessageScript(
+            options, None if self.claims is None else self.claims.key, self._count, settler.may_settle
+        )
+        self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="portable-consumer")
 
     # -- bookkeeping ------------------------------------------------------
     def _count(self, field_name: str) -> None:
@@ -340,9 +307,9 @@ class ConsumerLoop:
         stop = self.stop
         while not stop.is_set():
             with self.cond:
-                while len(self.held) >= self.concurrency and not stop.is_set():
+                while len(self.holding) >= self.concurrency and not stop.is_set():
                     self.cond.wait(0.25)
-                room = self.concurrency - len(self.held)
+                room = self.concurrency - len(self.holding)
             if stop.is_set():
                 return
             try:
@@ -359,16 +326,10 @@ class ConsumerLoop:
                     self._dispatch(message)
 
     def _dispatch(self, message: Message) -> None:
-        key = message.key
         with self.cond:
-            self.held[id(message)] = message
-            if key is not None:
-                waiting = self.busy_keys.get(key)
-                if waiting is not None:
-                    waiting.append(message)
-                    return
-                self.busy_keys[key] = deque()
-        self.pool.submit(self._work, message)
+            start = self.holding.take(message)
+        if start:
+            self.pool.submit(self._work, message)
 
     def _work(self, message: Message) -> None:
         try:
@@ -379,21 +340,8 @@ class ConsumerLoop:
             self._done(message)
 
     def _done(self, message: Message) -> None:
-        following: Message | None = None
-        release: list[Message] = []
         with self.cond:
-            self.held.pop(id(message), None)
-            key = message.key
-            if key is not None:
-                waiting = self.busy_keys.get(key)
-                if waiting:
-                    if self.stop.is_set():
-                        release = list(waiting)
-                        del self.busy_keys[key]
-                    else:
-                        following = waiting.popleft()
-                else:
-                    self.busy_keys.pop(key, None)
+            following, release = self.holding.done(message, self.stop.is_set())
             self.cond.notify_all()
         for m in release:
             self._release(m)
@@ -411,18 +359,18 @@ class ConsumerLoop:
             log.warning("could not release message %s at shutdown: %s", message.id, exc)
         finally:
             with self.cond:
-                self.held.pop(id(message), None)
+                self.holding.drop(message)
                 self.cond.notify_all()
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.drain_timeout
         with self.cond:
-            while self.held and not self.abandon.is_set():
+            while self.holding and not self.abandon.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self.cond.wait(min(left, 0.1))
-            self.stats.unfinished = len(self.held)
+            self.stats.unfinished = len(self.holding)
         if self.stats.unfinished:
             log.warning(
                 "%d handler(s) still running after the %gs drain timeout; their messages will be "
@@ -430,187 +378,75 @@ class ConsumerLoop:
             )
 
     def _keep_leases(self) -> None:
-        interval = max(0.05, min(self.lease / 4, 5.0))
+        interval = keeper_interval(self.lease)
         while not self.finished.wait(interval):
             if self.claims is not None:
                 self.claims.keep()
             if not self.sub.capabilities.lease_extension:
                 continue
             with self.cond:
-                held = list(self.held.values())
-            for message in held:
-                if message.settled or message.lease_remaining > self.lease / 2:
-                    continue
+                expiring = self.holding.expiring(self.lease)
+            for message in expiring:
                 try:
                     message.extend_lease(self.lease)
-                except PreconditionFailed:
-                    if not message.settled:  # else the handler settled it meanwhile: no loss
-                        log.warning("lost the lease on message %s; it may be handled twice", message.id)
                 except PortableError as exc:
-                    if not message.settled:
-                        log.warning("could not extend the lease on message %s: %s", message.id, exc)
+                    lease_not_kept(message, exc)
 
     # -- one message ------------------------------------------------------
     def _process(self, message: Message) -> None:
         try:
-            self._process_once(message)
+            if self.stop.is_set() and self.abandon.is_set():
+                self._release(message)
+                return
+            drive(self.script.handle(message), self._effect)
         finally:
             if self.claims is not None:
                 self.claims.forget_held(message)
 
-    def _process_once(self, message: Message) -> None:
-        if self.stop.is_set() and self.abandon.is_set():
-            self._release(message)
-            return
-        limit = self.max_deliveries
+    def _effect(self, effect: Effect) -> Any:
+        """Make one call the script asks for (see :mod:`portable.messaging._handling`)."""
+        op, message = effect[0], effect[1]
         claims = self.claims
-        key = None if claims is None else claims.key(message)
-        if claims is None or key is None:
-            # no claim: the provider's delivery count decides
-            if limit is not None and message.delivery_attempt > limit:
-                self._to_dead_letter(message, self._delivered_reason(message, limit))
-                return
-            self._run_handler(message, message.delivery_attempt, None)
-            return
-        try:
-            claim = claims.claim(message, key)
-        except IdempotencyConflict as exc:
-            self._to_dead_letter(message, f"IdempotencyConflict: {exc}")
-            return
-        except Exception as exc:
-            log.warning("idempotency claim for message %s failed: %s", message.id, exc)
-            self._retry_later(message)
-            return
-        if claim.status == "completed":
-            if self._settle_ack(message):
-                self._count("skipped")
-            return
-        if claim.status == "in_progress":
-            if claim.lease_remaining is None and limit is not None and message.delivery_attempt > limit:
-                # a store that does not say when its claims end: the provider's count decides
-                self._to_dead_letter(message, self._delivered_reason(message, limit))
-                return
-            if self._settle_nack(message, self._in_progress_delay(claim, message)):
-                self._count("deferred")
-            return
-        if claim.starts is None:  # a store that does not count starts: the provider's count decides
-            if limit is not None and message.delivery_attempt > limit:
-                claims.release(message)
-                self._to_dead_letter(message, self._delivered_reason(message, limit))
-                return
-            self._run_handler(message, message.delivery_attempt, None)
-            return
-        if limit is not None and claim.starts > limit:
-            # the handler started `limit` times and never succeeded: do not start it again
-            if self._to_dead_letter(message, never_finished_reason(claim.starts - 1, claim.failures or 0, limit)):
-                claims.forget(message)
-            return
-        self._run_handler(message, claim.starts, claim.failures or 0)
+        if op is HANDLE:
+            return self.handler(message)
+        if op is ACK:
+            return message.ack()
+        if op is NACK:
+            return message.nack(effect[2])
+        if op is MOVE:
+            return self.settler.move_to_dead_letter(message, effect[2], effect[3])
+        if op is GIVE_BACK:
+            return self._release(message)
+        assert claims is not None
+        if op is CLAIM:
+            return claims.claim(message, effect[2])
+        if op is COMPLETE:
+            return claims.complete(message, effect[2])
+        if op is RELEASE:
+            return claims.release(message)
+        if op is FORGET:
+            return claims.forget(message)
+        if op is TRANSACT:
+            transactional = self.options.transactional
+            assert transactional is not None
+            if self.options.store_locks:
+                claims.hold_without_extending(message)
+            result = transactional.run_claimed(message, effect[2], effect[3])
+            claims.forget_held(message)  # completed with the commit
+            return result
+        raise AssertionError(f"unknown effect {op!r}")
 
-    def _delivered_reason(self, message: Message, limit: int) -> str:
-        return (
-            f"delivered {message.delivery_attempt} times without success (max_deliveries={limit}); "
-            "the handler did not run on this delivery"
-        )
 
-    def _in_progress_delay(self, claim: Claim, message: Message) -> float:
-        """How long to hold back a message whose key another claimer holds: until that claim's lease ends."""
-        cap = self.sub.capabilities.max_lease_seconds
-        if claim.lease_remaining is None:
-            assert self.claims is not None
-            return min(self.claims.lease, max(self._delay(message.delivery_attempt), 1.0), cap)
-        return min(max(0.0, claim.lease_remaining) + 0.25, cap)
+def keeper_interval(lease: float) -> float:
+    """How often a lease keeper looks at what it holds: a quarter of the lease, 0.05 to 5 seconds."""
+    return max(0.05, min(lease / 4, 5.0))
 
-    def _run_handler(self, message: Message, attempt: int, failures: int | None) -> None:
-        """Run the handler on ``message``, its ``attempt``-th start (``failures`` of the earlier
-        starts raised: None where nothing counts them), and settle it."""
-        claims = self.claims
-        limit = self.max_deliveries
-        held = None if claims is None else claims.held(message)
-        try:
-            if self.transactional is not None and held is not None:
-                assert claims is not None
-                if self.store_locks:
-                    claims.hold_without_extending(message)
-                result = self.transactional.run_claimed(message, held[0], held[1])
-                claims.forget_held(message)  # completed with the commit
-            else:
-                result = self.handler(message)
-        except Exception as exc:
-            self._count("failed")
-            log.warning("handler failed on message %s (attempt %d): %r", message.id, attempt, exc)
-            error = f"{type(exc).__name__}: {redact(str(exc))}"
-            if message.settled:
-                if claims is not None:
-                    claims.release(message)
-                return
-            if limit is not None and attempt >= limit:
-                if failures is None:
-                    reason = f"the handler failed on delivery {attempt} (max_deliveries={limit}): {error}"
-                else:
-                    reason = failed_reason(attempt, failures + 1, error)
-                if self._to_dead_letter(message, reason):
-                    if claims is not None:
-                        claims.forget(message)
-                elif claims is not None:
-                    claims.release(message)
-            else:
-                if claims is not None:
-                    claims.release(message)
-                self._retry_later(message, attempt)
-            return
-        if claims is not None:
-            claims.complete(message, result if isinstance(result, bytes) else None)
-        if not message.settled:
-            self._settle_ack(message)
-        elif message._state is ACKED:
-            self._count("acked")
 
-    def _delay(self, attempt: int) -> float:
-        delay = min(self.max_backoff, self.backoff * 2.0 ** max(0, min(attempt - 1, 60)))
-        return min(delay, self.sub.capabilities.max_lease_seconds)
-
-    def _settle_ack(self, message: Message) -> bool:
-        try:
-            message.ack()
-        except PreconditionFailed:
-            self._count("lost")
-            log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
-            return False
-        except PortableError as exc:
-            log.warning("ack of message %s failed: %s; it will be delivered again", message.id, exc)
-            return False
-        self._count("acked")
-        return True
-
-    def _retry_later(self, message: Message, attempt: int | None = None) -> None:
-        """Nack ``message`` with the backoff of ``attempt`` (default: its delivery attempt)."""
-        self._settle_nack(message, self._delay(message.delivery_attempt if attempt is None else attempt))
-
-    def _settle_nack(self, message: Message, delay: float) -> bool:
-        try:
-            message.nack(delay)
-        except PreconditionFailed:
-            self._count("lost")
-            return False
-        except PortableError as exc:
-            log.warning("nack of message %s failed: %s", message.id, exc)
-            return False
-        self._count("nacked")
-        return True
-
-    def _to_dead_letter(self, message: Message, reason: str) -> bool:
-        """Move ``message`` to the dead-letter destination; whether it went there."""
-        try:
-            if self.settler.may_settle(message, DEAD_LETTERED):
-                self.settler.move_to_dead_letter(message, reason, self.target)
-        except PreconditionFailed:
-            self._count("lost")
-            return False
-        except PortableError as exc:
-            log.warning("dead-lettering message %s failed: %s; retrying later", message.id, exc)
-            self._retry_later(message)
-            return False
-        self._count("dead_lettered")
-        log.warning("message %s dead-lettered: %s", message.id, reason)
-        return True
+def lease_not_kept(message: Delivery, exc: PortableError) -> None:
+    """Log a failed lease extension, unless the message was settled meanwhile (then nothing is lost)."""
+    if message.settled:
+        return
+    if isinstance(exc, PreconditionFailed):
+        log.warning("lost the lease on message %s; it may be handled twice", message.id)
+    else:
+        log.warning("could not extend the lease on message %s: %s", message.id, exc)

@@ -104,28 +104,60 @@ class MessageSettler:
 
     def nack(self, message: Delivery, delay: float) -> None:
         """Give ``message`` back for ``delay`` seconds (see :meth:`Message.nack`)."""
-        delay = check_delay(delay, self._capabilities, self._provider)
-        if self.may_settle(message, NACKED):
-            self.call_with_handle(message, "nack", self._side.nack, delay)
+        seconds = self.check_nack(message, delay)
+        if seconds is not None:
+            self.call_with_handle(message, "nack", self._side.nack, seconds)
             message._state = NACKED
 
     def extend_lease(self, message: Delivery, seconds: float) -> None:
         """Make ``message``'s lease end ``seconds`` from now (see :meth:`Message.extend_lease`)."""
-        if not self._capabilities.lease_extension:
-            raise Unsupported(f"{self._provider}:// cannot extend a message's lease", provider=self._provider)
-        seconds = check_lease(seconds, self._capabilities, self._provider)
-        if message._state is not LEASED:
-            raise InvalidArgument(f"message {message.id} was already {message._state}; its lease cannot be extended")
+        seconds = self.check_extension(message, seconds)
         started = time.monotonic()
         message._handle = self.call_with_handle(message, "extend_lease", self._side.extend_lease, seconds)
         message._lease_ends = started + seconds
 
-    def dead_letter(self, message: Delivery, reason: str) -> None:
-        """Move ``message`` to the dead-letter destination (see :meth:`Message.dead_letter`)."""
+    def check_extension(self, message: Delivery, seconds: object) -> float:
+        """The lease ``extend_lease(seconds)`` asks the driver for (both faces call it).
+
+        Raises:
+            Unsupported: the provider cannot extend leases.
+            InvalidArgument: a bad lease, or ``message`` was already settled.
+        """
+        if not self._capabilities.lease_extension:
+            raise Unsupported(f"{self._provider}:// cannot extend a message's lease", provider=self._provider)
+        lease = check_lease(seconds, self._capabilities, self._provider)
+        if message._state is not LEASED:
+            raise InvalidArgument(f"message {message.id} was already {message._state}; its lease cannot be extended")
+        return lease
+
+    def check_nack(self, message: Delivery, delay: object) -> float | None:
+        """The delay ``nack(delay)`` asks the driver for, or None if ``message`` may not be nacked now.
+
+        Raises:
+            InvalidArgument: a bad delay, or ``message`` was already settled.
+        """
+        seconds = check_delay(delay, self._capabilities, self._provider)
+        return seconds if self.may_settle(message, NACKED) else None
+
+    def dead_letter_target_of(self, message: Delivery, reason: object) -> tuple[bool, Topic | None]:
+        """Whether ``dead_letter(reason)`` may move ``message`` now, and the portable topic to
+        republish it to (None: the provider's native destination). Both faces call it.
+
+        Raises:
+            InvalidArgument: ``reason`` is not a non-empty str, or it was already settled.
+            ConfigError: there is no dead-letter destination.
+        """
         if type(reason) is not str or not reason:
             raise InvalidArgument("reason must be a non-empty str saying why the message is dead-lettered")
-        if self.may_settle(message, DEAD_LETTERED):
-            self.move_to_dead_letter(message, reason, self._dead_letter_target(None))
+        if not self.may_settle(message, DEAD_LETTERED):
+            return False, None
+        return True, self._dead_letter_target(None)
+
+    def dead_letter(self, message: Delivery, reason: str) -> None:
+        """Move ``message`` to the dead-letter destination (see :meth:`Message.dead_letter`)."""
+        movable, target = self.dead_letter_target_of(message, reason)
+        if movable:
+            self.move_to_dead_letter(message, reason, target)
 
     def move_to_dead_letter(self, message: Delivery, reason: str, target: Topic | None) -> None:
         """Republish ``message`` to ``target`` and ack it, or with no target move it to the

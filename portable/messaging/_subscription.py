@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, cast
 
 from ..config import Profile
@@ -24,6 +24,7 @@ from ..driver.redaction import redact
 from ..errors import ConfigError, InvalidArgument, MissingCapability
 from ..resilience import ResiliencePolicy
 from ._consumer import ConsumerLoop, RunStats, default_idempotency_key, stop_on_signals
+from ._handling import RunOptions
 from ._message import Message, MessageSettler
 from ._open import MessagingClient, Resolved
 from ._topic import Topic, open_topic
@@ -33,6 +34,9 @@ from ._validation import check_lease, check_seconds
 DEFAULT_LEASE = 30.0
 #: the longest wait one driver call is asked for; longer waits loop
 _MAX_WAIT_SLICE = 20.0
+
+#: what ``Subscription._receive_plan`` yields (one driver call's arguments), is sent and returns
+ReceivePlan = Generator[tuple[int, float, float], "list[ReceivedMessage] | list[Delivery]", "list[Message]"]
 
 
 class Subscription(MessagingClient[SubscriptionDriver]):
@@ -87,18 +91,35 @@ class Subscription(MessagingClient[SubscriptionDriver]):
             lease: seconds each message stays leased to this consumer. Defaults
                 to the subscription's ``lease``.
         """
+        plan = self._receive_plan(max_messages, wait, lease)
+        fetch = self._side.receive
+        try:
+            request = next(plan)
+            while True:
+                request = plan.send(self._guard.call("receive", self._what, fetch, *request))
+        except StopIteration as done:
+            received: list[Message] = done.value
+            return received
+
+    def _receive_plan(self, max_messages: object, wait: object, lease: object) -> ReceivePlan:
+        """``receive(max_messages, wait, lease=)`` as a plan both faces follow: it checks the
+        arguments, yields each driver call's ``(max_messages, wait, lease)``, is sent what the
+        call returned, and returns the messages, leased and settled through this subscription.
+
+        Raises:
+            InvalidArgument: bad arguments (at the first ``next``, before any request).
+        """
         if type(max_messages) is not int or not 1 <= max_messages <= MAX_RECEIVE:
             raise InvalidArgument(f"max_messages must be an int from 1 to {MAX_RECEIVE}, got {max_messages!r}")
         deadline = time.monotonic() + check_seconds("wait", wait)
         lease_s = self.lease if lease is None else check_lease(lease, self.capabilities, self.provider)
         batch = self.capabilities.max_batch
-        fetch = self._side.receive
         settler = self._settler
         out: list[Message] = []
         while True:
             left = max(0.0, deadline - time.monotonic()) if not out else 0.0
             ask = min(batch, max_messages - len(out))
-            got = self._guard.call("receive", self._what, fetch, ask, min(left, _MAX_WAIT_SLICE), lease_s)
+            got = yield (ask, min(left, _MAX_WAIT_SLICE), lease_s)
             ends = time.monotonic() + lease_s
             if got and isinstance(got[0], Delivery):  # the driver made the messages: adopt them
                 messages = got
@@ -119,25 +140,45 @@ class Subscription(MessagingClient[SubscriptionDriver]):
 
         A failed ack is retried on its own; the first that still fails raises.
         """
-        settler = self._settler
-        pending = [m for m in messages if m._state is LEASED or settler.may_settle(m, ACKED)]
-        batch = self.capabilities.max_batch
-        for start in range(0, len(pending), batch):
-            chunk = pending[start : start + batch]
+        for chunk in self._ack_chunks(messages):
             results = self._guard.call(
                 "ack", f"ack {len(chunk)} messages", self._side.ack_many, [m._handle for m in chunk]
             )
-            if len(results) == len(chunk) and results.count(None) == len(chunk):
-                for message in chunk:
-                    message._state = ACKED
-                continue
-            for message, result in zip(chunk, results, strict=True):
-                if result is not None:
-                    err = self._guard.wrap(f"ack {message.id}", result)
-                    if not err.retryable:
-                        raise err from (None if err is result else result)
-                    settler.call_with_handle(message, "ack", self._side.ack)
+            for message in self._acked(chunk, results):
+                self._settler.call_with_handle(message, "ack", self._side.ack)
                 message._state = ACKED
+
+    def _ack_chunks(self, messages: Iterable[Message]) -> list[list[Message]]:
+        """The messages of ``ack_many`` still to ack, in driver calls of ``capabilities.max_batch``.
+
+        Raises:
+            InvalidArgument: one was already nacked or dead-lettered (nothing is sent).
+        """
+        settler = self._settler
+        pending = [m for m in messages if m._state is LEASED or settler.may_settle(m, ACKED)]
+        batch = self.capabilities.max_batch
+        return [pending[start : start + batch] for start in range(0, len(pending), batch)]
+
+    def _acked(self, chunk: list[Message], results: list[BaseException | None]) -> list[Message]:
+        """Mark what the driver acked in ``chunk``; return the messages to ack again one by one.
+
+        Raises:
+            PortableError: an ack failed for good (those before it are acked).
+        """
+        if len(results) == len(chunk) and results.count(None) == len(chunk):
+            for message in chunk:
+                message._state = ACKED
+            return []
+        again: list[Message] = []
+        for message, result in zip(chunk, results, strict=True):
+            if result is None:
+                message._state = ACKED
+                continue
+            err = self._guard.wrap(f"ack {message.id}", result)
+            if not err.retryable:
+                raise err from (None if err is result else result)
+            again.append(message)
+        return again
 
     def stats(self) -> QueueStats:
         """Approximate counts: available, in flight, delayed and dead letters (None where unknown)."""
@@ -254,6 +295,45 @@ class Subscription(MessagingClient[SubscriptionDriver]):
             InvalidArgument: bad arguments; a ``transactional`` handler whose store is
                 not ``idempotency``.
         """
+        options = self._run_options(
+            handler, concurrency=concurrency, max_deliveries=max_deliveries, idempotency=idempotency,
+            dead_letter=dead_letter, lease=lease, backoff=backoff, max_backoff=max_backoff, poll=poll,
+            drain_timeout=drain_timeout, idempotency_key=idempotency_key, idempotency_lease=idempotency_lease,
+            idempotency_ttl=idempotency_ttl,
+        )  # fmt: skip
+        stop = stop_event or threading.Event()
+        consumer = ConsumerLoop(self, self._settler, options, stop)
+        with self._stops_lock:
+            self._stops.add(stop)
+        try:
+            with stop_on_signals(consumer) if handle_signals else contextlib.nullcontext():
+                return consumer.run()
+        finally:
+            with self._stops_lock:
+                self._stops.discard(stop)
+
+    def _run_options(
+        self,
+        handler: Callable[[Message], Any],
+        *,
+        concurrency: int,
+        max_deliveries: int | None,
+        idempotency: IdempotencyStore | None,
+        dead_letter: str | Topic | None,
+        lease: float | None,
+        backoff: float,
+        max_backoff: float,
+        poll: float,
+        drain_timeout: float,
+        idempotency_key: Callable[[Message], str | None],
+        idempotency_lease: float,
+        idempotency_ttl: float,
+    ) -> RunOptions:
+        """``run()``'s arguments checked and normalised (both faces call it); see :meth:`run`.
+
+        Raises:
+            InvalidArgument / ConfigError / MissingCapability: as :meth:`run` says, before any request.
+        """
         if not callable(handler):
             raise InvalidArgument("handler must be a callable taking a Message")
         if type(concurrency) is not int or not 1 <= concurrency <= 1024:
@@ -288,22 +368,13 @@ class Subscription(MessagingClient[SubscriptionDriver]):
             )
         lease_s = self.lease if lease is None else check_lease(lease, self.capabilities, self.provider)
         target = self._dead_letter_target(dead_letter) if max_deliveries is not None else None
-        stop = stop_event or threading.Event()
-        consumer = ConsumerLoop(
-            self, self._settler, handler, concurrency=concurrency, max_deliveries=max_deliveries,
-            idempotency=idempotency, target=target, lease=lease_s, backoff=backoff_s, max_backoff=max_backoff_s,
-            poll=min(poll_s, _MAX_WAIT_SLICE), drain_timeout=drain_timeout_s, stop=stop,
-            idempotency_key=idempotency_key, idempotency_lease=claim_lease_s, idempotency_ttl=claim_ttl_s,
-            count_by_message_id=counting_here,
+        return RunOptions(
+            handler=handler, concurrency=concurrency, max_deliveries=max_deliveries, idempotency=idempotency,
+            target=target, lease=lease_s, backoff=backoff_s, max_backoff=max_backoff_s,
+            poll=min(poll_s, _MAX_WAIT_SLICE), drain_timeout=drain_timeout_s, idempotency_key=idempotency_key,
+            idempotency_lease=claim_lease_s, idempotency_ttl=claim_ttl_s, count_by_message_id=counting_here,
+            max_lease_seconds=self.capabilities.max_lease_seconds,
         )  # fmt: skip
-        with self._stops_lock:
-            self._stops.add(stop)
-        try:
-            with stop_on_signals(consumer) if handle_signals else contextlib.nullcontext():
-                return consumer.run()
-        finally:
-            with self._stops_lock:
-                self._stops.discard(stop)
 
     def stop(self) -> None:
         """Ask every running :meth:`run` loop of this subscription to stop gracefully."""

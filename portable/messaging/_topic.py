@@ -103,16 +103,20 @@ class Topic(MessagingClient[TopicDriver]):
             InvalidArgument / InvalidKey / TooLarge: bad input, before any request.
             NotFound: the topic does not exist.
         """
+        return self._guard.call(
+            "publish", self._what, self._side.publish, self._message(body, key, attributes, idempotency_key)
+        )
+
+    def _message(self, body: object, key: object, attributes: object, idempotency_key: object) -> OutgoingMessage:
+        """The validated message of ``publish(body, key=, attributes=, idempotency_key=)`` (both faces call it)."""
         if type(body) is bytes and key is None and attributes is None and idempotency_key is None:
             if len(body) > self._max_bytes:
                 raise TooLarge(
                     f"the message is {len(body)} bytes; {self.provider}:// takes at most {self._max_bytes}; "
                     "store large payloads in a bucket and publish their key"
                 )
-            message = OutgoingMessage(body)
-        else:
-            message = self._outgoing(body, key, attributes, idempotency_key)
-        return self._guard.call("publish", self._what, self._side.publish, message)
+            return OutgoingMessage(body)
+        return self._outgoing(body, key, attributes, idempotency_key)
 
     def publish_batch(self, messages: Iterable[bytes | OutgoingMessage]) -> list[str]:
         """Publish many messages (native batches of ``capabilities.max_batch``); return their ids in order.
@@ -121,6 +125,20 @@ class Topic(MessagingClient[TopicDriver]):
         ``key``, ``idempotency_key``). Every item is validated before anything is
         sent. A failed item is retried on its own under the retry policy; the
         first that still fails raises, after the items before it were published.
+        """
+        ids: list[str] = []
+        for chunk in self._chunks(messages):
+            results = self._guard.call("publish", self._what, self._side.publish_batch, chunk)
+            for i in self._retry_items(chunk, results):
+                results[i] = self._guard.call("publish", self._what, self._side.publish, chunk[i])
+            ids += cast("list[str]", results)  # every error was replaced by an id, or raised
+        return ids
+
+    def _chunks(self, messages: Iterable[bytes | OutgoingMessage]) -> list[LazyOutgoingMessages]:
+        """Every item of ``publish_batch(messages)`` validated, in driver calls of ``capabilities.max_batch``.
+
+        Raises:
+            InvalidArgument / InvalidKey / TooLarge: an item is bad (nothing is sent).
         """
         # Validate everything first. A plain body that passed stays bytes until the driver
         # reads it (LazyOutgoingMessages), so a large batch does not hold one more live object per message:
@@ -134,23 +152,28 @@ class Topic(MessagingClient[TopicDriver]):
             else self._outgoing(m.body, m.key, m.attributes or None, m.idempotency_key)
             for m in messages
         ]
-        ids: list[str] = []
         size = self.capabilities.max_batch
-        for start in range(0, len(items), size):
-            chunk = LazyOutgoingMessages(items[start : start + size])
-            results = self._guard.call("publish", self._what, self._side.publish_batch, chunk)
-            if len(results) != len(chunk):
-                raise PortableError(
-                    f"{self._what}: the driver answered {len(results)} results for {len(chunk)} messages",
-                    provider=self.provider,
-                )
-            for i, failed in [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]:
-                err = self._guard.wrap(self._what, failed)
-                if not err.retryable:
-                    raise err from (None if err is failed else failed)
-                results[i] = self._guard.call("publish", self._what, self._side.publish, chunk[i])
-            ids += cast("list[str]", results)  # every error was replaced by an id, or raised
-        return ids
+        return [LazyOutgoingMessages(items[start : start + size]) for start in range(0, len(items), size)]
+
+    def _retry_items(self, chunk: Sequence[OutgoingMessage], results: list[str | BaseException]) -> list[int]:
+        """The positions in ``chunk`` whose publish failed retryably (to publish again one by one).
+
+        Raises:
+            PortableError: the driver answered a wrong number of results, or an item
+                failed for good (the items before it were published).
+        """
+        if len(results) != len(chunk):
+            raise PortableError(
+                f"{self._what}: the driver answered {len(results)} results for {len(chunk)} messages",
+                provider=self.provider,
+            )
+        retry: list[int] = []
+        for i, failed in [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]:
+            err = self._guard.wrap(self._what, failed)
+            if not err.retryable:
+                raise err from (None if err is failed else failed)
+            retry.append(i)
+        return retry
 
     def publish_event(
         self,
@@ -172,20 +195,31 @@ class Topic(MessagingClient[TopicDriver]):
                 carries (SQS: 10, one of them the idempotency key); use
                 ``mode="structured"``. Nothing is sent.
         """
+        return self._guard.call("publish", self._what, self._side.publish, self._event_message(event, mode, key))
+
+    def _event_message(
+        self, event: CloudEvent, mode: Literal["binary", "structured"], key: str | None
+    ) -> OutgoingMessage:
+        """The validated message of ``publish_event(event, mode=, key=)`` (both faces call it)."""
         body, attributes = to_message(
             event, mode=mode, provider=self.provider,
             max_attributes=self.capabilities.max_attributes - 1,  # one for the idempotency key
         )  # fmt: skip
-        return self.publish(body, key=key, attributes=attributes, idempotency_key=event.dedup_key())
+        return self._message(body, key, attributes, event.dedup_key())
 
     def _republish(self, message: Delivery, reason: str, source: str) -> str:
         """Publish a dead-lettered copy of ``message`` (original attributes plus the reason)."""
+        copy = self._dead_letter_copy(message, reason, source)
+        return self._guard.call("publish", self._what, self._side.publish, copy)
+
+    def _dead_letter_copy(self, message: Delivery, reason: str, source: str) -> OutgoingMessage:
+        """The dead-lettered copy of ``message``: its attributes plus the reason, source, attempts and id."""
         attributes = dict(message.attributes)
         attributes[DEAD_LETTER_REASON] = attribute_text(reason, 900)
         attributes[DEAD_LETTER_SOURCE] = attribute_text(redact(source), 900)
         attributes[DELIVERY_ATTEMPTS] = str(message.delivery_attempt)
         attributes[ORIGINAL_ID] = message.id
-        return self._publish_keeping(message.body, message.key, attributes)
+        return self._keeping(message.body, message.key, attributes)
 
     def _publish_keeping(self, body: bytes, key: str | None, attributes: Mapping[str, str]) -> str:
         """Publish with ``portable.*`` attributes kept as they are and no provider dedup.
@@ -193,8 +227,11 @@ class Topic(MessagingClient[TopicDriver]):
         For moving messages (dead-lettering, redrive): the idempotency key stays an
         attribute for consumers, but a provider must not drop the copy as a repeat.
         """
-        out = self._outgoing(body, key, attributes or None, None, allow_reserved=True)
-        return self._guard.call("publish", self._what, self._side.publish, out)
+        return self._guard.call("publish", self._what, self._side.publish, self._keeping(body, key, attributes))
+
+    def _keeping(self, body: bytes, key: str | None, attributes: Mapping[str, str]) -> OutgoingMessage:
+        """The validated message of :meth:`_publish_keeping`."""
+        return self._outgoing(body, key, attributes or None, None, allow_reserved=True)
 
 
 class LazyOutgoingMessages(Sequence[OutgoingMessage]):

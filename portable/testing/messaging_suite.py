@@ -35,6 +35,13 @@ Class attributes a subclass may set:
         (defaults to 2; Pub/Sub's dead-letter policy needs at least 5).
     ``xfail``: ``{"test_name": "the provider behaviour that causes it"}``.
 
+Every test runs on two faces, ``[sync]`` and ``[async]``: on the async face the
+fixtures open the :mod:`portable.aio` twins (``AsyncTopic``, ``AsyncSubscription``)
+and hand the test a sync-looking proxy of them (:func:`portable.testing.faces.blocking`),
+so one test body checks both; ``run()`` gets the test's handler as a coroutine
+handler (it runs the sync body off the event loop, on a proxy of the AsyncMessage).
+An ``xfail`` entry applies to both faces.
+
 Tests of optional behaviour (ordering, native dead letters, lease extension,
 publish dedup, nack delay, exactly-once acks) are skipped with the capability's
 name when the provider does not claim it; a provider that claims a capability
@@ -45,6 +52,7 @@ dead-letter path, so every provider is tested against it without setup.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 import threading
@@ -55,6 +63,8 @@ from typing import Any
 
 import pytest
 
+from ..aio import open_subscription as open_async_subscription
+from ..aio import open_topic as open_async_topic
 from ..cloudevents import CloudEvent
 from ..config import Profile
 from ..driver.messaging import IDEMPOTENCY_ATTRIBUTE, OutgoingMessage
@@ -72,6 +82,10 @@ from ..messaging import (
     open_topic,
 )
 from ..resilience import ResiliencePolicy, RetryPolicy
+from .faces import Blocking, LoopThread, unwrap
+
+#: the faces every test runs on
+FACES = ("sync", "async")
 
 __all__ = ["MessagingContract", "contract_profile", "temporary_url"]
 
@@ -122,17 +136,72 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def _faced_value(value: Any, runner: LoopThread) -> Any:
+    """``value`` with each object of :mod:`portable.aio` in it (a list's items too) behind a proxy."""
+    if isinstance(value, list):
+        return [_faced_value(item, runner) for item in value]
+    if type(value).__module__.startswith("portable.aio"):
+        return _Faced(value, runner)
+    return value
+
+
+def _unwrapped(value: Any) -> Any:
+    if isinstance(value, list):
+        return [unwrap(item) for item in value]
+    return unwrap(value)
+
+
+class _Faced(Blocking):
+    """:class:`~portable.testing.faces.Blocking` that also proxies the items of a list a call
+    returns (``receive``) and unwraps those of a list it is given (``ack_many``)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        obj = object.__getattribute__(self, "_obj")
+        attr = getattr(obj, name)
+        if not callable(attr) or isinstance(attr, type):
+            return attr
+        runner: LoopThread = object.__getattribute__(self, "_runner")
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = attr(*(_unwrapped(a) for a in args), **{k: _unwrapped(v) for k, v in kwargs.items()})
+            if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
+                result = runner.run(result)
+            return _faced_value(result, runner)
+
+        call.__name__ = name
+        return call
+
+
+def faced(obj: Any) -> Any:
+    """``obj`` (an AsyncTopic or AsyncSubscription) behind the suite's sync-looking proxy."""
+    return _Faced(obj)
+
+
 class _Runner:
-    """Runs ``sub.run`` on a thread so a test can stop it and read its stats."""
+    """Runs ``sub.run`` on a thread so a test can stop it and read its stats.
+
+    On the async face (``sub`` is a proxy of an AsyncSubscription) the handler becomes a
+    coroutine handler that runs the test's sync body in a worker thread, on a proxy of
+    the AsyncMessage: what it asserts holds on both faces.
+    """
 
     def __init__(self, sub: Subscription, handler: Callable[[Message], Any], **options: Any) -> None:
         self.stop = threading.Event()
         self.stats: Any = None
         self.error: BaseException | None = None
+        run_handler: Callable[..., Any] = handler
+        sync_handler: Callable[[Any], Any] = handler
+        if isinstance(sub, Blocking):
+            runner: LoopThread = object.__getattribute__(sub, "_runner")
+
+            async def run_handler(m: Any) -> Any:
+                return await asyncio.to_thread(sync_handler, _Faced(m, runner))
 
         def target() -> None:
             try:
-                self.stats = sub.run(handler, stop_event=self.stop, handle_signals=False, **options)
+                self.stats = sub.run(run_handler, stop_event=self.stop, handle_signals=False, **options)
             except BaseException as exc:  # surfaced by finish()
                 self.error = exc
 
@@ -157,21 +226,48 @@ class MessagingContract:
     max_deliveries: int = 2
 
     # -- fixtures ---------------------------------------------------------
+    @pytest.fixture(autouse=True, params=FACES)
+    def face(self, request: pytest.FixtureRequest) -> str:
+        """The face this test runs on: ``"sync"`` (portable.messaging) or ``"async"`` (portable.aio)."""
+        face: str = request.param
+        self._face = face
+        return face
+
+    def open_topic(self, url: str, **options: Any) -> Topic:
+        """Open ``url``'s topic on this test's face (a proxy of an AsyncTopic on the async face)."""
+        if getattr(self, "_face", "sync") == "async":
+            return faced(open_async_topic(url, **options))  # type: ignore[no-any-return]
+        return open_topic(url, **options)
+
+    def open_subscription(self, url: str, **options: Any) -> Subscription:
+        """Open ``url``'s subscription on this test's face (a proxy of an AsyncSubscription on the async face)."""
+        if getattr(self, "_face", "sync") == "async":
+            return faced(open_async_subscription(url, **options))  # type: ignore[no-any-return]
+        return open_subscription(url, **options)
+
+    @staticmethod
+    def close(client: Topic | Subscription) -> None:
+        """Close a topic or subscription of either face."""
+        if isinstance(client, Blocking):
+            client.aclose()
+        else:
+            client.close()
+
     @pytest.fixture
-    def topic(self, queue_url: str) -> Iterator[Topic]:
-        t = open_topic(queue_url, profile=contract_profile(queue_url))
+    def topic(self, queue_url: str, face: str) -> Iterator[Topic]:
+        t = self.open_topic(queue_url, profile=contract_profile(queue_url))
         try:
             yield t
         finally:
-            t.close()
+            self.close(t)
 
     @pytest.fixture
-    def subscription(self, queue_url: str) -> Iterator[Subscription]:
-        s = open_subscription(queue_url, profile=contract_profile(queue_url), lease=self.lease_for(None, 30))
+    def subscription(self, queue_url: str, face: str) -> Iterator[Subscription]:
+        s = self.open_subscription(queue_url, profile=contract_profile(queue_url), lease=self.lease_for(None, 30))
         try:
             yield s
         finally:
-            s.close()
+            self.close(s)
 
     def lease_for(self, sub: Subscription | None, factor: float = 1.0) -> float:
         """A short lease (or delay) the provider honours: ``factor`` times the minimum."""
@@ -279,11 +375,11 @@ class MessagingContract:
         topic.publish(b"mine")
         lease = self.lease_for(subscription, 3)
         [m] = poll(subscription, 1, self.delivery_timeout, lease=lease)
-        other = open_subscription(queue_url, profile=contract_profile(queue_url))
+        other = self.open_subscription(queue_url, profile=contract_profile(queue_url))
         try:
             assert other.receive(10, wait=min(1.0, lease / 3)) == []
         finally:
-            other.close()
+            self.close(other)
         m.ack()
 
     def test_extend_lease_prevents_redelivery(self, topic: Topic, subscription: Subscription) -> None:
@@ -415,7 +511,7 @@ class MessagingContract:
             subscription, self._always_fails(calls), max_deliveries=self.max_deliveries, backoff=0.0,
             lease=self.lease_for(subscription, 3), poll=0.5,
         )
-        dlq = open_subscription(dlq_url, profile=contract_profile(dlq_url))
+        dlq = self.open_subscription(dlq_url, profile=contract_profile(dlq_url))
         try:
             dead = poll(dlq, 1, self.delivery_timeout * 3 + self.max_deliveries * self.lease_for(subscription))
             stats = runner.finish()
@@ -427,7 +523,7 @@ class MessagingContract:
                 assert "RuntimeError" in reason
             dead[0].ack()
         finally:
-            dlq.close()
+            self.close(dlq)
         assert len(calls) == self.max_deliveries
         assert stats.dead_lettered == 1
         assert self.empty(subscription)
@@ -443,7 +539,7 @@ class MessagingContract:
             subscription, self._always_fails(calls), max_deliveries=self.max_deliveries, backoff=0.0,
             lease=self.lease_for(subscription, 3), poll=0.5, dead_letter=dlq_url,
         )
-        dlq = open_subscription(dlq_url)
+        dlq = self.open_subscription(dlq_url)
         dead = poll(dlq, 1, self.delivery_timeout * 3 + self.max_deliveries * self.lease_for(subscription))
         stats = runner.finish()
         assert len(dead) == 1
@@ -638,7 +734,7 @@ class MessagingContract:
         m.ack()
 
     def test_run_without_any_dead_letter_destination_fails_at_start(self, queue_url: str) -> None:
-        sub = open_subscription(queue_url, profile=contract_profile(queue_url))
+        sub = self.open_subscription(queue_url, profile=contract_profile(queue_url))
         try:
             if sub.capabilities.native_dead_letter:
                 pytest.skip(f"{sub.provider}:// has a native dead-letter queue")
@@ -647,5 +743,5 @@ class MessagingContract:
             with pytest.raises(ConfigError):
                 sub.run(lambda m: None, max_deliveries=3, handle_signals=False)
         finally:
-            sub.close()
+            self.close(sub)
 

@@ -1,0 +1,402 @@
+"""The async consumer: ``AsyncSubscription.run`` (:class:`AsyncConsumerLoop`) and ``async for`` (:func:`iterate`).
+
+Private: use :meth:`AsyncSubscription.run` and ``async for message in subscription``.
+
+The loop is the sync :class:`~portable.messaging._consumer.ConsumerLoop` on
+tasks instead of threads: what happens to each message (claim, run, skip,
+defer, ack, nack with backoff, dead-letter, attempt counting) is the one
+:class:`~portable.messaging._handling.MessageScript` both faces drive; this
+module only awaits the effects it yields (:func:`adrive`). Settling effects
+are shielded, so a cancel never cuts an ack, a nack or a claim's release in half.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..driver.messaging import MAX_RECEIVE, Delivery
+from ..driver.redaction import redact
+from ..driver.threads import run_blocking
+from ..errors import InvalidArgument, PortableError
+from ..messaging import RunStats
+from ..messaging._consumer import RunClaims, keeper_interval, lease_not_kept
+from ..messaging._handling import (
+    ACK,
+    CLAIM,
+    COMPLETE,
+    FORGET,
+    GIVE_BACK,
+    HANDLE,
+    MOVE,
+    NACK,
+    RELEASE,
+    TRANSACT,
+    Effect,
+    Holding,
+    MessageScript,
+    RunOptions,
+    Script,
+)
+from ..messaging._validation import check_lease, check_seconds
+from ._msg_message import AsyncMessage
+
+if TYPE_CHECKING:
+    from ._messaging import AsyncSubscription
+
+log = logging.getLogger("portable.messaging")
+
+#: how often the loop looks at a stop_event it cannot await (a threading.Event)
+_STOP_POLL = 0.05
+
+
+async def adrive(script: Script, do: Callable[[Effect], Awaitable[Any]], *, shield: Callable[[Effect], bool]) -> None:
+    """Run ``script`` to its end, awaiting ``do(effect)`` for each effect (the async executor).
+
+    An exception ``do`` raises is thrown into the script at that effect. An
+    effect for which ``shield(effect)`` is true, and every effect after a
+    cancellation, runs shielded: cancelling the task then stops the wait, not the call.
+    """
+    value: Any = None
+    error: BaseException | None = None
+    cancelled = False
+    while True:
+        try:
+            effect = script.send(value) if error is None else script.throw(error)
+        except StopIteration:
+            return
+        try:
+            if cancelled or shield(effect):
+                value, error = await asyncio.shield(do(effect)), None
+            else:
+                value, error = await do(effect), None
+        except BaseException as exc:  # the script decides; what it does not catch it re-raises
+            cancelled = cancelled or isinstance(exc, asyncio.CancelledError)
+            value, error = None, exc
+
+
+def _settling(effect: Effect) -> bool:
+    """Every effect but the handler and the claim settles something that must not be cut in half."""
+    return effect[0] is not HANDLE and effect[0] is not CLAIM
+
+
+async def _first(*aws: Awaitable[Any], timeout: float | None = None) -> None:
+    """Wait until the first of ``aws`` is done (or ``timeout``); cancel the rest."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+class AsyncConsumerLoop:
+    """The machinery of one :meth:`AsyncSubscription.run` call (see the module docstring).
+
+    Tasks: the caller's task receives; one task per message runs the script (at
+    most ``concurrency`` at once, one per key); one lease keeper extends leases and
+    claims; one watcher turns a ``threading.Event`` stop into the loop's own.
+    """
+
+    def __init__(self, sub: AsyncSubscription, options: RunOptions) -> None:
+        self.sub = sub
+        self.settler = sub._settler
+        self.options = options
+        self.lease = options.lease
+        self.claims = RunClaims.of(options)
+        self.stats = RunStats()
+        self.holding = Holding()
+        self.script = MessageScript(
+            options, None if self.claims is None else self.claims.key, self._count, self.settler.sync.may_settle
+        )
+        self.external = threading.Event()  # what Subscription.stop() sets (it is in the sync twin's stops)
+        self.stop = asyncio.Event()
+        self.abandon = asyncio.Event()
+        self.changed = asyncio.Event()  # a message was finished: there may be room
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def _count(self, field_name: str) -> None:
+        setattr(self.stats, field_name, getattr(self.stats, field_name) + 1)
+
+    def on_signal(self) -> None:
+        """SIGTERM/SIGINT: stop gracefully; a second one stops waiting for the drain."""
+        if self.stop.is_set():
+            self.abandon.set()
+        log.info("signal: stopping the consumer loop gracefully")
+        self.stop.set()
+
+    async def run(self, stop_event: threading.Event | asyncio.Event | None, *, handle_signals: bool) -> RunStats:
+        helpers = [asyncio.ensure_future(self._watch(stop_event))]
+        caps = self.sub.capabilities
+        if caps.lease_extension or (self.claims is not None and self.claims.extendable):
+            helpers.append(asyncio.ensure_future(self._keep_leases()))
+        cancelled = False
+        try:
+            with self._signals() if handle_signals else contextlib.nullcontext():
+                try:
+                    await self._receive_loop()
+                except asyncio.CancelledError:
+                    cancelled = True
+                self.stop.set()
+                await self._drain_shielded()
+        except asyncio.CancelledError:
+            cancelled = True
+        finally:
+            self.stop.set()
+            for helper in helpers:
+                helper.cancel()
+        if cancelled:
+            raise asyncio.CancelledError
+        return self.stats
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGTERM and SIGINT stop this loop while it runs (on the main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        installed: dict[signal.Signals, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, self.on_signal)
+            except (NotImplementedError, RuntimeError, ValueError):  # no signals on this loop
+                continue
+            installed[sig] = previous
+        try:
+            yield
+        finally:
+            for sig, previous in installed.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, previous)
+
+    async def _watch(self, stop_event: threading.Event | asyncio.Event | None) -> None:
+        external = self.external
+        if isinstance(stop_event, asyncio.Event):
+            waiting = asyncio.ensure_future(stop_event.wait())
+            waiting.add_done_callback(lambda _: self.stop.set())
+        while not self.stop.is_set():
+            if external.is_set() or (isinstance(stop_event, threading.Event) and stop_event.is_set()):
+                self.stop.set()
+                break
+            await asyncio.sleep(_STOP_POLL)
+        if isinstance(stop_event, asyncio.Event):
+            waiting.cancel()
+
+    async def _receive_loop(self) -> None:
+        sub = self.sub
+        stop = self.stop
+        concurrency = self.options.concurrency
+        while not stop.is_set():
+            while len(self.holding) >= concurrency and not stop.is_set():
+                self.changed.clear()
+                await _first(self.changed.wait(), stop.wait())
+            if stop.is_set():
+                return
+            room = concurrency - len(self.holding)
+            receiving = asyncio.ensure_future(sub.receive(min(room, MAX_RECEIVE), self.options.poll, lease=self.lease))
+            await _first(asyncio.shield(receiving), stop.wait())
+            if not receiving.done():  # stopped meanwhile: what it gets is given back
+                receiving.cancel()
+                return
+            try:
+                messages = receiving.result()
+            except PortableError as exc:
+                log.warning("receive from %s failed: %s", redact(sub.url), exc)
+                await _first(stop.wait(), timeout=min(max(self.options.poll, 0.5), 5.0))
+                continue
+            for message in messages:
+                self._count("received")
+                delivery = message.message
+                if stop.is_set():
+                    await self._release(delivery)
+                elif self.holding.take(delivery):
+                    self._start(delivery)
+
+    def _start(self, message: Delivery) -> None:
+        task = asyncio.ensure_future(self._work(message))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _work(self, message: Delivery) -> None:
+        try:
+            if self.stop.is_set() and self.abandon.is_set():
+                await self._release(message)
+                return
+            await adrive(self.script.handle(message), self._effect, shield=_settling)
+        except asyncio.CancelledError:
+            pass  # given back by the script; the drain counts it unfinished
+        except Exception:  # the loop must survive anything; the message's lease will expire
+            log.exception("the consumer loop failed on message %s", message.id)
+        finally:
+            if self.claims is not None:
+                self.claims.forget_held(message)
+            await asyncio.shield(self._done(message))
+
+    async def _done(self, message: Delivery) -> None:
+        following, release = self.holding.done(message, self.stop.is_set())
+        self.changed.set()
+        for m in release:
+            await self._release(m)
+        if following is not None:
+            self._start(following)
+
+    async def _release(self, message: Delivery) -> None:
+        try:
+            await asyncio.shield(self.settler.nack(message, 0.0))
+            self._count("released")
+        except PortableError as exc:
+            log.warning("could not release message %s at shutdown: %s", message.id, exc)
+        finally:
+            self.holding.drop(message)
+            self.changed.set()
+
+    async def _drain_shielded(self) -> None:
+        drain = asyncio.ensure_future(self._drain())
+        try:
+            await asyncio.shield(drain)
+        except asyncio.CancelledError:  # a second cancel: stop waiting, give the rest back
+            self.abandon.set()
+            await asyncio.shield(drain)
+            raise
+
+    async def _drain(self) -> None:
+        running = set(self.tasks)
+        if running and not self.abandon.is_set():
+            await _first(asyncio.wait(running), self.abandon.wait(), timeout=self.options.drain_timeout)
+        rest = [task for task in self.tasks if not task.done()]
+        self.stats.unfinished = len(rest)
+        for task in rest:
+            task.cancel()  # the script gives each message back and releases its claim
+        if rest:
+            await asyncio.wait(rest, timeout=30)
+            log.warning(
+                "%d handler(s) still running after the %gs drain timeout were cancelled; their messages "
+                "were given back", len(rest), self.options.drain_timeout,
+            )  # fmt: skip
+
+    async def _keep_leases(self) -> None:
+        interval = keeper_interval(self.lease)
+        extend = self.sub.capabilities.lease_extension
+        while True:
+            await asyncio.sleep(interval)
+            if self.claims is not None and self.claims.extendable:
+                await run_blocking(self.claims.keep)
+            if extend:
+                await asyncio.gather(*(self._extend(m) for m in self.holding.expiring(self.lease)))
+
+    async def _extend(self, message: Delivery) -> None:
+        try:
+            await self.settler.extend_lease(message, self.lease)
+        except PortableError as exc:
+            lease_not_kept(message, exc)
+
+    # -- the effects of the script ------------------------------------------------
+    async def _effect(self, effect: Effect) -> Any:
+        """Await one call the script asks for (see :mod:`portable.messaging._handling`)."""
+        op, message = effect[0], effect[1]
+        options = self.options
+        if op is HANDLE:
+            if options.transactional is not None:  # sync by design: its effect commits in the store's transaction
+                return await run_blocking(options.handler, message)
+            return await options.handler(AsyncMessage(message, self.settler))
+        if op is ACK:
+            return await self.settler.ack(message)
+        if op is NACK:
+            return await self.settler.nack(message, effect[2])
+        if op is MOVE:
+            return await self.settler.move_to_dead_letter(message, effect[2], effect[3])
+        if op is GIVE_BACK:
+            return await self._release(message)
+        claims = self.claims
+        assert claims is not None
+        if op is CLAIM:
+            return await run_blocking(claims.claim, message, effect[2])
+        if op is COMPLETE:
+            return await run_blocking(claims.complete, message, effect[2])
+        if op is RELEASE:
+            return await run_blocking(claims.release, message)
+        if op is FORGET:
+            return await run_blocking(claims.forget, message)
+        if op is TRANSACT:
+            transactional = options.transactional
+            assert transactional is not None
+            if options.store_locks:
+                claims.hold_without_extending(message)
+            result = await run_blocking(transactional.run_claimed, message, effect[2], effect[3])
+            claims.forget_held(message)  # completed with the commit
+            return result
+        raise AssertionError(f"unknown effect {op!r}")
+
+
+def iteration_args(sub: AsyncSubscription, lease: object, poll: object, prefetch: object) -> tuple[float, float, int]:
+    """``messages(lease=, poll=, prefetch=)`` checked: the lease, poll and prefetch to use.
+
+    Raises:
+        InvalidArgument: a bad argument.
+    """
+    caps = sub.capabilities
+    if type(prefetch) is not int or not 1 <= prefetch <= caps.max_batch:
+        raise InvalidArgument(
+            f"prefetch must be an int from 1 to {caps.max_batch} (capabilities.max_batch), got {prefetch!r}"
+        )
+    poll_s = check_seconds("poll", poll)
+    if poll_s > 20:
+        raise InvalidArgument(f"poll must be at most 20 seconds (one long poll; the loop polls again), got {poll!r}")
+    lease_s = sub.lease if lease is None else check_lease(lease, caps, sub.provider)
+    return lease_s, poll_s, prefetch
+
+
+async def iterate(sub: AsyncSubscription, lease_s: float, poll_s: float, prefetch: int) -> AsyncIterator[AsyncMessage]:
+    """``AsyncSubscription.messages`` with checked arguments: see there."""
+    caps = sub.capabilities
+    held: dict[int, AsyncMessage] = {}  # received and not yet settled: yielded or about to be
+
+    async def keep() -> None:
+        interval = keeper_interval(lease_s)
+        while True:
+            await asyncio.sleep(interval)
+            due = [m for m in held.values() if not m.settled and m.lease_remaining <= lease_s / 2]
+            await asyncio.gather(*(extend(m) for m in due))
+
+    async def extend(message: AsyncMessage) -> None:
+        try:
+            await message.extend_lease(lease_s)
+        except PortableError as exc:
+            lease_not_kept(message.message, exc)
+
+    keeper = asyncio.ensure_future(keep()) if caps.lease_extension else None
+    try:
+        while True:
+            batch = await sub.receive(prefetch, wait=poll_s, lease=lease_s)
+            if not batch and poll_s < _STOP_POLL:
+                await asyncio.sleep(_STOP_POLL)  # poll=0 must not spin
+            for m in batch:
+                held[id(m)] = m
+            for m in batch:
+                yield m
+            for key in [key for key, m in held.items() if m.settled]:
+                del held[key]
+    finally:
+        if keeper is not None:
+            keeper.cancel()
+        unsettled = [m for m in held.values() if not m.settled]
+        if unsettled:
+            await asyncio.shield(_give_back(unsettled))
+
+
+async def _give_back(messages: list[AsyncMessage]) -> None:
+    started = time.monotonic()
+    for m in messages:
+        try:
+            await m.nack(0.0)
+        except PortableError as exc:
+            log.warning("could not give back message %s on leaving the loop: %s", m.id, exc)
+    log.debug("gave back %d unsettled message(s) in %.3fs", len(messages), time.monotonic() - started)
