@@ -44,6 +44,47 @@ def test_module_all_is_sorted(module):
         assert hasattr(mod, name), f"{module}.{name}"
 
 
+def test_portable_aio_all_is_sorted_and_every_name_is_lazy():
+    import portable.aio
+
+    assert list(portable.aio.__all__) == sorted(set(portable.aio.__all__))
+    assert set(portable.aio.__all__) == set(portable.aio._LAZY)
+    assert set(portable.aio.__all__) <= set(dir(portable.aio))
+    with pytest.raises(AttributeError):
+        portable.aio.NoSuchName  # noqa: B018
+
+
+def test_portable_aio_storage_names_resolve_to_the_async_bucket():
+    import portable.aio
+    import portable.aio._bucket
+
+    assert portable.aio.AsyncBucket is portable.aio._bucket.AsyncBucket
+    assert portable.aio.open_bucket is portable.aio._bucket.open_bucket
+    for name in ("get", "get_range", "head", "exists", "put", "delete", "copy", "list_page", "signed_url",
+                 "abort_incomplete", "list_incomplete", "get_many", "put_many", "delete_many", "copy_many",
+                 "copy_prefix", "aclose"):
+        assert inspect.iscoroutinefunction(getattr(portable.aio.AsyncBucket, name)), name
+
+
+@pytest.mark.parametrize("module", ["portable.aio._bucket", "portable.aio._streams", "portable.aio._batch",
+                                    "portable.storage._requests", "portable.driver.aio_storage"])
+def test_async_storage_module_all_is_sorted(module):
+    mod = importlib.import_module(module)
+    assert list(mod.__all__) == sorted(mod.__all__)
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{module}.{name}"
+
+
+def test_importing_portable_aio_loads_no_domain_until_a_name_is_used():
+    code = (
+        "import sys, portable.aio\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith(('portable.aio.', 'portable.storage', "
+        "'portable.messaging', 'portable.compute')))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
 def test_importing_one_domain_does_not_load_the_others():
     code = (
         "import sys, portable.storage\n"

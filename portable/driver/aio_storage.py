@@ -23,17 +23,19 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Literal, TypeVar
 
-from .storage import (
-    ListPage,
-    ObjectInfo,
-    StorageCapabilities,
-    StorageDriver,
-    WriteOptions,
-    WriteStream,
-)
 from .threads import run_blocking
+
+if TYPE_CHECKING:  # names only: driver.storage imports this module in StorageDriver.async_driver
+    from .storage import (
+        ListPage,
+        ObjectInfo,
+        StorageCapabilities,
+        StorageDriver,
+        WriteOptions,
+        WriteStream,
+    )
 
 __all__ = ["AsyncReadStream", "AsyncStorageDriver", "AsyncWriteStream"]
 

@@ -250,16 +250,25 @@ def test_a_cancelled_put_stores_the_whole_object_or_nothing(tmp_path: Path) -> N
     async def main() -> None:
         async with portable.aio.open_bucket(f"file://{tmp_path / 'c'}") as bucket:
             rng = random.Random(16)
+            loop = asyncio.get_running_loop()
+            took = []
+            for _ in range(3):
+                started = loop.time()
+                await bucket.put("obj/probe", data)
+                took.append(loop.time() - started)
+            whole = min(took)  # how long one put takes here, now
             cancelled = 0
             for i in range(50):
                 task = asyncio.ensure_future(bucket.put(f"obj/{i}", data))
-                await asyncio.sleep(rng.random() * 0.004)  # a random point: queued, in the thread, or done
+                # every other one at once (queued or just handed to a thread), the rest at a random
+                # point: running in the thread, or done
+                await asyncio.sleep(0 if i % 2 else rng.random() * whole * 1.2)
                 task.cancel()
                 try:
                     await task
                 except asyncio.CancelledError:
                     cancelled += 1
-            assert cancelled >= 10
+            assert cancelled >= 25
             await asyncio.sleep(0.3)  # a put already in a pool thread runs to its end
             async for info in bucket.list("obj/"):
                 assert await bucket.get(info.key) == data, f"{info.key} is partial"
