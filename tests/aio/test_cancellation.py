@@ -44,7 +44,10 @@ from portable.driver.idempotency import IdempotencyStore
 from portable.driver.threads import run_blocking
 from portable.errors import Unsupported
 from portable.idempotency import SqliteStore, fingerprint, open_store
+from portable.messaging import open_driver
 from portable.resilience import ResiliencePolicy, RetryPolicy
+from tests.adapters.aws.conftest import aws as aws  # moto's fixtures, for the s3 and sqs params
+from tests.adapters.aws.conftest import s3_bucket as s3_bucket
 
 SEED = int(os.environ.get("PORTABLE_CANCEL_SEED", "20261201"))
 ROUNDS = 200
@@ -73,9 +76,9 @@ async def quiesce() -> None:
 def bucket_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> str:
     if request.param == "file":
         return f"file://{tmp_path}/objects"
-    aws = request.getfixturevalue("aws")
+    moto = request.getfixturevalue("aws")
     bucket = request.getfixturevalue("s3_bucket")
-    return f"s3://{bucket}/{unique_name}?region={aws['region']}&endpoint_url={aws['endpoint_url']}"
+    return f"s3://{bucket}/{unique_name}?region={moto['region']}&endpoint_url={moto['endpoint_url']}"
 
 
 async def put(bucket: AsyncBucket, key: str, data: bytes, _: random.Random) -> None:
@@ -188,15 +191,19 @@ def queue(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> I
         yield QueueKit(url, url, store)
         store.close()
         return
-    aws = request.getfixturevalue("aws")
+    moto = request.getfixturevalue("aws")
     bucket = request.getfixturevalue("s3_bucket")
-    query = f"region={aws['region']}&endpoint_url={aws['endpoint_url']}"
-    url = f"sqs://{unique_name}?{query}"
+    query = f"region={moto['region']}&endpoint_url={moto['endpoint_url']}"
     records = open_store(f"s3://{bucket}/{unique_name}-idem?{query}")
-    yield QueueKit(url, url, records)
-    close = getattr(records, "close", None)
-    if close is not None:
-        close()
+    driver = open_driver(f"sqs://base?{query}")
+    try:
+        with driver.temporary(unique_name) as url:
+            yield QueueKit(url, url, records)
+    finally:
+        driver.close()
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
 
 
 async def cancel_consumers(
