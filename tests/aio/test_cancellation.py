@@ -19,6 +19,12 @@ The handler's effect is its last step with no await after it, so the only
 windows a cancel can split are the portable layer's own (between the
 handler's return and the claim's completion and the ack): exactly what the
 test holds the async face to.
+
+Proved to fail (2026-12-01, by breaking the code on purpose and running this
+file): an ``AsyncBucketWriter`` that commits instead of aborting when its
+block is cancelled gave "22 partial objects after cancels" on file://; a
+consumer loop that acks instead of giving back what it holds at a cancel gave
+"lost [111, 127, 128]" on sqlite://.
 """
 
 from __future__ import annotations
