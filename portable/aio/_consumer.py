@@ -21,33 +21,19 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..driver.idempotency import Claim
 from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..driver.threads import run_blocking
 from ..errors import InvalidArgument, PortableError
 from ..messaging import RunStats
 from ..messaging._consumer import RunClaims, keeper_interval, lease_not_kept
-from ..messaging._handling import (
-    ACK,
-    CLAIM,
-    COMPLETE,
-    FORGET,
-    GIVE_BACK,
-    HANDLE,
-    MOVE,
-    NACK,
-    RELEASE,
-    TRANSACT,
-    Effect,
-    Holding,
-    MessageScript,
-    RunOptions,
-    Script,
-)
+from ..messaging._handling import CLAIM, HANDLE, Effect, Holding, MessageScript, RunOptions, Script
 from ..messaging._validation import check_lease, check_seconds
 from ._msg_message import AsyncMessage
 
 if TYPE_CHECKING:
+    from ..messaging import Topic
     from ._messaging import AsyncSubscription
 
 log = logging.getLogger("portable.messaging")
@@ -83,7 +69,7 @@ async def adrive(script: Script, do: Callable[[Effect], Awaitable[Any]], *, shie
 
 def _settling(effect: Effect) -> bool:
     """Every effect but the handler and the claim settles something that must not be cut in half."""
-    return effect[0] is not HANDLE and effect[0] is not CLAIM
+    return effect[0] not in (HANDLE, CLAIM)
 
 
 async def _first(*aws: Awaitable[Any], timeout: float | None = None) -> None:
@@ -301,39 +287,49 @@ class AsyncConsumerLoop:
     # -- the effects of the script ------------------------------------------------
     async def _effect(self, effect: Effect) -> Any:
         """Await one call the script asks for (see :mod:`portable.messaging._handling`)."""
-        op, message = effect[0], effect[1]
-        options = self.options
-        if op is HANDLE:
-            if options.transactional is not None:  # sync by design: its effect commits in the store's transaction
-                return await run_blocking(options.handler, message)
-            return await options.handler(AsyncMessage(message, self.settler))
-        if op is ACK:
-            return await self.settler.ack(message)
-        if op is NACK:
-            return await self.settler.nack(message, effect[2])
-        if op is MOVE:
-            return await self.settler.move_to_dead_letter(message, effect[2], effect[3])
-        if op is GIVE_BACK:
-            return await self._release(message)
-        claims = self.claims
-        assert claims is not None
-        if op is CLAIM:
-            return await run_blocking(claims.claim, message, effect[2])
-        if op is COMPLETE:
-            return await run_blocking(claims.complete, message, effect[2])
-        if op is RELEASE:
-            return await run_blocking(claims.release, message)
-        if op is FORGET:
-            return await run_blocking(claims.forget, message)
-        if op is TRANSACT:
-            transactional = options.transactional
-            assert transactional is not None
-            if options.store_locks:
-                claims.hold_without_extending(message)
-            result = await run_blocking(transactional.run_claimed, message, effect[2], effect[3])
-            claims.forget_held(message)  # completed with the commit
-            return result
-        raise AssertionError(f"unknown effect {op!r}")
+        return await getattr(self, f"_do_{effect[0]}")(*effect[1:])
+
+    async def _do_handle(self, message: Delivery) -> Any:
+        if self.options.transactional is not None:  # sync by design: it commits in the store's transaction
+            return await run_blocking(self.options.handler, message)
+        return await self.options.handler(AsyncMessage(message, self.settler))
+
+    async def _do_ack(self, message: Delivery) -> None:
+        await self.settler.ack(message)
+
+    async def _do_nack(self, message: Delivery, delay: float) -> None:
+        await self.settler.nack(message, delay)
+
+    async def _do_move(self, message: Delivery, reason: str, target: Topic | None) -> None:
+        await self.settler.move_to_dead_letter(message, reason, target)
+
+    async def _do_give_back(self, message: Delivery) -> None:
+        await self._release(message)
+
+    async def _do_claim(self, message: Delivery, key: str) -> Claim:
+        assert self.claims is not None
+        return await run_blocking(self.claims.claim, message, key)
+
+    async def _do_complete(self, message: Delivery, result: bytes | None) -> None:
+        assert self.claims is not None
+        await run_blocking(self.claims.complete, message, result)
+
+    async def _do_release(self, message: Delivery) -> None:
+        assert self.claims is not None
+        await run_blocking(self.claims.release, message)
+
+    async def _do_forget(self, message: Delivery) -> None:
+        assert self.claims is not None
+        await run_blocking(self.claims.forget, message)
+
+    async def _do_transact(self, message: Delivery, key: str, token: str) -> Any:
+        transactional, claims = self.options.transactional, self.claims
+        assert transactional is not None and claims is not None
+        if self.options.store_locks:
+            claims.hold_without_extending(message)
+        result = await run_blocking(transactional.run_claimed, message, key, token)
+        claims.forget_held(message)  # completed with the commit
+        return result
 
 
 def iteration_args(sub: AsyncSubscription, lease: object, poll: object, prefetch: object) -> tuple[float, float, int]:

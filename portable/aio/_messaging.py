@@ -200,7 +200,7 @@ class AsyncSubscription(AsyncMessagingClient[Subscription, AsyncSubscriptionDriv
         *,
         concurrency: int = 1,
         max_deliveries: int | None = 5,
-        idempotency: IdempotencyStore | None = None,
+        idempotency: IdempotencyStore | Any | None = None,
         dead_letter: str | Topic | AsyncTopic | None = None,
         lease: float | None = None,
         backoff: float = 1.0,
@@ -236,8 +236,9 @@ class AsyncSubscription(AsyncMessagingClient[Subscription, AsyncSubscriptionDriv
         ``run`` re-raises CancelledError after the drain; stopped otherwise, it
         returns the stats.
 
-        Idempotency claims are made through ``idempotency`` (a sync store: each
-        call runs in the bounded thread pool).
+        ``idempotency`` is a sync store or a :class:`portable.aio.AsyncIdempotencyStore`;
+        either way its claims are made on the sync store underneath, each call in
+        the bounded thread pool (the claim bookkeeping is the sync loop's).
 
         Raises:
             InvalidArgument: bad arguments, or a ``handler`` that is not a coroutine function.
@@ -245,7 +246,8 @@ class AsyncSubscription(AsyncMessagingClient[Subscription, AsyncSubscriptionDriv
         """
         target = dead_letter.sync if isinstance(dead_letter, AsyncTopic) else dead_letter
         options = self._sync._run_options(
-            cast("Callable[[Delivery], Any]", handler), concurrency=concurrency, max_deliveries=max_deliveries, idempotency=idempotency,
+            cast("Callable[[Delivery], Any]", handler), concurrency=concurrency, max_deliveries=max_deliveries,
+            idempotency=_sync_store(idempotency),
             dead_letter=target, lease=lease, backoff=backoff, max_backoff=max_backoff, poll=poll,
             drain_timeout=drain_timeout, idempotency_key=idempotency_key, idempotency_lease=idempotency_lease,
             idempotency_ttl=idempotency_ttl,
@@ -271,6 +273,14 @@ class AsyncSubscription(AsyncMessagingClient[Subscription, AsyncSubscriptionDriv
     def stop(self) -> None:
         """Ask every running :meth:`run` loop of this subscription (either face's) to stop gracefully."""
         self._sync.stop()
+
+
+def _sync_store(store: Any) -> IdempotencyStore | None:
+    """The sync store of ``run(idempotency=)``: the store itself, or an async store's ``sync``."""
+    underneath = getattr(store, "sync", None)
+    if isinstance(underneath, IdempotencyStore) and inspect.iscoroutinefunction(getattr(store, "claim", None)):
+        return underneath
+    return cast("IdempotencyStore | None", store)
 
 
 def _delivery_of(message: Any) -> Delivery:

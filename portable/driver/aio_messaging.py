@@ -28,17 +28,19 @@ thread-adapted default; native drivers wait on the event loop.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .messaging import (
-    Delivery,
-    OutgoingMessage,
-    QueueStats,
-    ReceivedMessage,
-    SubscriptionDriver,
-    TopicDriver,
-)
 from .threads import run_blocking
+
+if TYPE_CHECKING:  # annotations only: driver.messaging names these classes in its hooks
+    from .messaging import (
+        Delivery,
+        OutgoingMessage,
+        QueueStats,
+        ReceivedMessage,
+        SubscriptionDriver,
+        TopicDriver,
+    )
 
 __all__ = [
     "AsyncQueueDriver",

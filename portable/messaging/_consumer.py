@@ -26,27 +26,12 @@ from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
 from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..errors import PortableError, PreconditionFailed
-from ._handling import (
-    ACK,
-    CLAIM,
-    COMPLETE,
-    FORGET,
-    GIVE_BACK,
-    HANDLE,
-    MOVE,
-    NACK,
-    RELEASE,
-    TRANSACT,
-    Effect,
-    Holding,
-    MessageScript,
-    RunOptions,
-    drive,
-)
+from ._handling import Effect, Holding, MessageScript, RunOptions, drive
 from ._message import Message, MessageSettler
 
 if TYPE_CHECKING:
     from ._subscription import Subscription
+    from ._topic import Topic
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
@@ -405,36 +390,47 @@ class ConsumerLoop:
 
     def _effect(self, effect: Effect) -> Any:
         """Make one call the script asks for (see :mod:`portable.messaging._handling`)."""
-        op, message = effect[0], effect[1]
-        claims = self.claims
-        if op is HANDLE:
-            return self.handler(message)
-        if op is ACK:
-            return message.ack()
-        if op is NACK:
-            return message.nack(effect[2])
-        if op is MOVE:
-            return self.settler.move_to_dead_letter(message, effect[2], effect[3])
-        if op is GIVE_BACK:
-            return self._release(message)
-        assert claims is not None
-        if op is CLAIM:
-            return claims.claim(message, effect[2])
-        if op is COMPLETE:
-            return claims.complete(message, effect[2])
-        if op is RELEASE:
-            return claims.release(message)
-        if op is FORGET:
-            return claims.forget(message)
-        if op is TRANSACT:
-            transactional = self.options.transactional
-            assert transactional is not None
-            if self.options.store_locks:
-                claims.hold_without_extending(message)
-            result = transactional.run_claimed(message, effect[2], effect[3])
-            claims.forget_held(message)  # completed with the commit
-            return result
-        raise AssertionError(f"unknown effect {op!r}")
+        return getattr(self, f"_do_{effect[0]}")(*effect[1:])
+
+    def _do_handle(self, message: Message) -> Any:
+        return self.handler(message)
+
+    def _do_ack(self, message: Message) -> None:
+        message.ack()
+
+    def _do_nack(self, message: Message, delay: float) -> None:
+        message.nack(delay)
+
+    def _do_move(self, message: Message, reason: str, target: Topic | None) -> None:
+        self.settler.move_to_dead_letter(message, reason, target)
+
+    def _do_give_back(self, message: Message) -> None:
+        self._release(message)
+
+    def _do_claim(self, message: Message, key: str) -> Claim:
+        assert self.claims is not None
+        return self.claims.claim(message, key)
+
+    def _do_complete(self, message: Message, result: bytes | None) -> None:
+        assert self.claims is not None
+        self.claims.complete(message, result)
+
+    def _do_release(self, message: Message) -> None:
+        assert self.claims is not None
+        self.claims.release(message)
+
+    def _do_forget(self, message: Message) -> None:
+        assert self.claims is not None
+        self.claims.forget(message)
+
+    def _do_transact(self, message: Message, key: str, token: str) -> Any:
+        transactional, claims = self.options.transactional, self.claims
+        assert transactional is not None and claims is not None
+        if self.options.store_locks:
+            claims.hold_without_extending(message)
+        result = transactional.run_claimed(message, key, token)
+        claims.forget_held(message)  # completed with the commit
+        return result
 
 
 def keeper_interval(lease: float) -> float:

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("portable.messaging")
 
-# The effects of the script; each is a tuple whose first item is one of these.
+# The effects of the script; each is a tuple whose first item is one of these. An executor
+# serves effect ``(name, *args)`` with its method ``_do_<name>(*args)``.
 CLAIM = "claim"  # (CLAIM, message, key) -> Claim; raises what the store raises
 HANDLE = "handle"  # (HANDLE, message) -> the handler's result; raises what it raises
 TRANSACT = "transact"  # (TRANSACT, message, key, token) -> the transactional handler's result

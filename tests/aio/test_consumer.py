@@ -198,6 +198,42 @@ def test_lease_is_kept_while_a_slow_coroutine_handler_runs(sqlite_url: str) -> N
     asyncio.run(main())
 
 
+def test_run_takes_an_async_idempotency_store_and_claims_on_its_sync_store(sqlite_url: str) -> None:
+    try:
+        from portable.aio import AsyncIdempotencyStore
+    except (ImportError, AttributeError):
+        pytest.skip("portable.aio.AsyncIdempotencyStore (portable/aio/_idempotency.py) is not in this tree yet")
+    store = MemoryStore()
+    claim = store.claim("done-1", fingerprint(b"pay"), lease=30, ttl=600)
+    assert claim.token is not None
+    store.complete("done-1", claim.token, None)
+
+    async def main() -> None:
+        async with aio.open_topic(sqlite_url) as topic, aio.open_subscription(sqlite_url) as sub:
+            await topic.publish(b"pay", idempotency_key="done-1")
+            await topic.publish(b"pay", idempotency_key="new-2")
+            handled: list[str | None] = []
+
+            async def handler(m: aio.AsyncMessage) -> None:
+                handled.append(m.idempotency_key)
+
+            stop = asyncio.Event()
+            run = asyncio.ensure_future(sub.run(
+                handler, idempotency=AsyncIdempotencyStore.from_sync(store), poll=0.2, stop_event=stop,
+                handle_signals=False,
+            ))  # fmt: skip
+            until = time.monotonic() + 10
+            while not handled and time.monotonic() < until:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            stop.set()
+            stats = await asyncio.wait_for(run, 10)
+            assert handled == ["new-2"] and stats.skipped == 1 and stats.acked == 2
+
+    asyncio.run(main())
+    assert store.claim("new-2", fingerprint(b"pay"), lease=30, ttl=600).status == "completed"
+
+
 # -- SIGTERM: a worker process ------------------------------------------------------------------
 
 
