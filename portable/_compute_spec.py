@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from . import urls
 from .driver.compute import (
@@ -31,6 +31,7 @@ from .errors import DeadlineExceeded, InvalidArgument, InvalidKey, InvalidURL, U
 from .resilience import remaining
 
 __all__ = [
+    "JobHandle",
     "WaitPlan",
     "check_cancellable",
     "check_job_id",
@@ -385,3 +386,32 @@ class WaitPlan:
                 f"job {self.job_id} is still {status.state.value} after {self._limit:.3g}s", provider=self.provider
             )
         return False
+
+
+L = TypeVar("L")
+
+
+class JobHandle(Generic[L]):
+    """What :class:`~portable.compute.Job` and :class:`~portable.aio.AsyncJob` share: a launcher and an id.
+
+    Cheap; two handles are equal when they name one job of one launcher object.
+
+    Attributes:
+        id: the provider's job id.
+        launcher: the launcher it came from.
+    """
+
+    __slots__ = ("id", "launcher")
+
+    def __init__(self, launcher: L, job_id: str) -> None:
+        self.launcher = launcher
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.id!r}, launcher={self.launcher!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.id == self.id and other.launcher is self.launcher
+
+    def __hash__(self) -> int:
+        return hash(self.id)

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import urls
 from ._compute_spec import (
+    JobHandle,
     WaitPlan,
     check_cancellable,
     check_job_id,
@@ -120,7 +121,7 @@ class _NoRetry(Classifier):
 
 
 # ---------------------------------------------------------------- the types
-class Job:
+class Job(JobHandle["Launcher"]):
     """A handle on one job. Cheap: it holds the launcher and the id.
 
     Attributes:
@@ -128,20 +129,7 @@ class Job:
         launcher: the :class:`Launcher` it came from.
     """
 
-    __slots__ = ("id", "launcher")
-
-    def __init__(self, launcher: Launcher, job_id: str) -> None:
-        self.launcher = launcher
-        self.id = job_id
-
-    def __repr__(self) -> str:
-        return f"Job({self.id!r}, launcher={self.launcher!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Job) and other.id == self.id and other.launcher is self.launcher
-
-    def __hash__(self) -> int:
-        return hash(self.id)
+    __slots__ = ()
 
     def status(self) -> JobStatus:
         """The job's current :class:`JobStatus` (state, exit code, reason, attempts)."""

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from .._compute_spec import (
+    JobHandle,
     WaitPlan,
     check_cancellable,
     check_job_id,
@@ -58,7 +59,7 @@ __all__ = ["AsyncJob", "AsyncLauncher", "open_launcher"]
 T = TypeVar("T")
 
 
-class AsyncJob:
+class AsyncJob(JobHandle["AsyncLauncher"]):
     """A handle on one job, awaited. Cheap: it holds the launcher and the id.
 
     Attributes:
@@ -66,20 +67,7 @@ class AsyncJob:
         launcher: the :class:`AsyncLauncher` it came from.
     """
 
-    __slots__ = ("id", "launcher")
-
-    def __init__(self, launcher: AsyncLauncher, job_id: str) -> None:
-        self.launcher = launcher
-        self.id = job_id
-
-    def __repr__(self) -> str:
-        return f"AsyncJob({self.id!r}, launcher={self.launcher!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, AsyncJob) and other.id == self.id and other.launcher is self.launcher
-
-    def __hash__(self) -> int:
-        return hash(self.id)
+    __slots__ = ()
 
     async def status(self) -> JobStatus:
         """The job's current :class:`JobStatus` (state, exit code, reason, attempts)."""

@@ -66,7 +66,7 @@ from ..errors import (
 from ..resilience import ResiliencePolicy, RetryPolicy
 from .faces import blocking
 
-__all__ = ["BAD_SPECS", "FACES", "ComputeContract", "contract_profile", "poll_until"]
+__all__ = ["BAD_SPECS", "ComputeContract", "FACES", "contract_profile", "poll_until"]
 
 #: the faces a suite runs on: the sync types and their portable.aio twins
 FACES = ("sync", "async")

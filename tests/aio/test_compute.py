@@ -31,7 +31,7 @@ from portable.errors import (
     Unsupported,
 )
 from portable.testing.compute_suite import BAD_SPECS, contract_profile
-from tests.compute.conftest import stop_supervisor
+from tests.compute.conftest import jobs_dir as jobs_dir  # the local:// folder fixture
 
 
 class CountingLocal(LocalLauncher):
@@ -73,15 +73,6 @@ class NoPreempt(CountingLocal):
 
 def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
-
-
-@pytest.fixture
-def jobs_dir(tmp_path: Path) -> Iterator[Path]:
-    """A fresh local:// state folder; its supervisor is stopped after the test."""
-    root = tmp_path / "jobs"
-    root.mkdir()
-    yield root
-    stop_supervisor(root)
 
 
 @pytest.fixture
