@@ -36,10 +36,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from .compute import ComputeCapabilities, ComputeDriver, JobSpec, JobStatus
 from .threads import run_blocking
+
+if TYPE_CHECKING:  # annotations only: driver.compute imports this module in ComputeDriver.async_driver
+    from .compute import ComputeCapabilities, ComputeDriver, JobSpec, JobStatus
 
 __all__ = ["AsyncComputeDriver"]
 
