@@ -203,8 +203,11 @@ class AsyncLauncher:
         (see :meth:`portable.compute.Launcher.list`)."""
         wanted = check_labels(labels)
         state_set = check_states(states)
-        found = await self._launcher._guard.acall("read", "list jobs", self._adriver.list_jobs, wanted)
+        found = await self._launcher._guard.acall("read", "list jobs", self._listed, wanted)
         return found if state_set is None else [s for s in found if s.state in state_set]
+
+    async def _listed(self, labels: dict[str, str]) -> builtins.list[JobStatus]:
+        return [status async for status in self._adriver.list_jobs(labels)]
 
     async def preempt(self, job_id: str, *, grace: float | None = None) -> None:
         """Interrupt a running job as a reclaimed spot VM would, then run it again

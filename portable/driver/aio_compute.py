@@ -22,8 +22,8 @@ Where the thread-adapted default differs from a sync call:
   a cancel), the loop is told to stop: it does at its next line or at the
   job's end, whichever comes first (a thread asleep in a driver's poll
   cannot be interrupted), and only then is the thread free.
-* :meth:`~AsyncComputeDriver.list_jobs` reads the whole listing in one pool
-  call, then yields it.
+* :meth:`~AsyncComputeDriver.list_jobs` (an async iterator) reads the whole
+  listing in one pool call, then yields it.
 
 Error contract: the sync driver's. Methods raise the native errors; the
 portable layer classifies them through the *sync* driver (``code_of``,
@@ -108,9 +108,13 @@ class AsyncComputeDriver:
         """:meth:`ComputeDriver.wait`, awaited: the status once the job has ended or ``timeout`` has passed."""
         return await run_blocking(self.sync.wait, job_id, timeout)
 
-    async def list_jobs(self, labels: dict[str, str]) -> list[JobStatus]:
-        """:meth:`ComputeDriver.list_jobs`, read whole (oldest first)."""
-        return await run_blocking(lambda: list(self.sync.list_jobs(labels)))
+    async def list_jobs(self, labels: dict[str, str]) -> AsyncIterator[JobStatus]:
+        """:meth:`ComputeDriver.list_jobs` as an async iterator (oldest first).
+
+        The default reads the sync listing whole in one pool call, then yields it.
+        """
+        for status in await run_blocking(lambda: list(self.sync.list_jobs(labels))):
+            yield status
 
     async def read_logs(self, job_id: str) -> list[str]:
         """The job's output lines as they are now (``ComputeDriver.logs(job_id, follow=False)``, read whole).
