@@ -212,11 +212,13 @@ async def arun_once(
     waiter = _Waiter(key, wait)
     while True:
         claiming, cancelled = await settle(astore.claim(key, payload_fingerprint, lease=lease, ttl=ttl))
-        claim = claiming.result()  # the claim's own error, if any, wins over a cancel
-        if cancelled:
-            if claim.status == "acquired" and claim.token is not None:
-                await _arelease_quietly(astore, key, claim.token)
+        if cancelled or claiming.cancelled():
+            if not claiming.cancelled() and claiming.exception() is None:
+                landed = claiming.result()
+                if landed.status == "acquired" and landed.token is not None:
+                    await _arelease_quietly(astore, key, landed.token)
             raise asyncio.CancelledError
+        claim = claiming.result()
         pause = waiter.pause(claim)
         if pause is None:
             break
@@ -232,15 +234,16 @@ async def arun_once(
         await _arelease_quietly(astore, key, token)
         raise
     finishing, cancelled = await settle(astore.complete(key, token, data))
-    try:
-        finishing.result()
-    except TooLarge:
+    error = None if finishing.cancelled() else finishing.exception()
+    if isinstance(error, TooLarge):
         await _arelease_quietly(astore, key, token)
-        raise
-    except PreconditionFailed:
+    elif isinstance(error, PreconditionFailed):
         _lost_while_running(key)
-    if cancelled:
-        raise asyncio.CancelledError
+        error = None
+    if cancelled or finishing.cancelled():
+        raise asyncio.CancelledError  # the completion (or the release) landed first
+    if error is not None:
+        raise error
     return result
 
 

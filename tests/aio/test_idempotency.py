@@ -286,3 +286,23 @@ def test_asyncio_timeout_around_run_once_is_a_timeout_and_frees_the_key(store: I
 
     asyncio.run(scenario())
     assert status_of(store, "k") == "acquired"
+
+
+def test_a_cancel_wins_over_the_error_of_the_claim_it_waited_for(store: IdempotencyStore) -> None:
+    taken = store.claim("k", fingerprint(b"another payload"), lease=30, ttl=300)
+    assert taken.status == "acquired"
+    slow = Slow(store, 0.2)
+
+    async def effect() -> None:
+        raise AssertionError("must not run")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(arun_once(slow, "k", FP, effect))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # the claim (a conflict) is in its thread now
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):  # not the IdempotencyConflict: the caller cancelled
+            await task
+
+    asyncio.run(scenario())
+    with pytest.raises(IdempotencyConflict):
+        asyncio.run(arun_once(store, "k", FP, effect))
