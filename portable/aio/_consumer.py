@@ -106,6 +106,7 @@ class AsyncConsumerLoop:
         self.abandon = asyncio.Event()
         self.changed = asyncio.Event()  # a message was finished: there may be room
         self.tasks: set[asyncio.Task[None]] = set()
+        self.pending: set[asyncio.Future[Any]] = set()  # late releases, awaited before run() returns
 
     def _count(self, field_name: str) -> None:
         setattr(self.stats, field_name, getattr(self.stats, field_name) + 1)
@@ -129,8 +130,9 @@ class AsyncConsumerLoop:
                     await self._receive_loop()
                 except asyncio.CancelledError:
                     cancelled = True
-                self.stop.set()
-                await self._drain_shielded()
+                finally:  # whatever ended the loop, what it holds is drained and settled
+                    self.stop.set()
+                    await self._drain_shielded()
         except asyncio.CancelledError:
             cancelled = True
         finally:
@@ -263,6 +265,11 @@ class AsyncConsumerLoop:
             task.cancel()  # the script gives each message back and releases its claim
         if rest:
             await asyncio.wait(rest, timeout=30)
+        for message in [m for m in self.holding.held.values() if not m.settled]:
+            await self._release(message)  # a task cancelled before it began holds one still
+        if self.pending:
+            await asyncio.wait(set(self.pending), timeout=30)
+        if rest:
             log.warning(
                 "%d handler(s) still running after the %gs drain timeout were cancelled; their messages "
                 "were given back", len(rest), self.options.drain_timeout,
@@ -307,20 +314,42 @@ class AsyncConsumerLoop:
         await self._release(message)
 
     async def _do_claim(self, message: Delivery, key: str) -> Claim:
-        assert self.claims is not None
-        return await run_blocking(self.claims.claim, message, key)
+        claims = self.claims
+        assert claims is not None
+        call = asyncio.ensure_future(run_blocking(claims.claim, message, key))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:  # the claim may still land: give it back once it does
+            call.add_done_callback(lambda done: self._unclaim(message, key, done))
+            raise
 
+    def _unclaim(self, message: Delivery, key: str, done: asyncio.Future[Claim]) -> None:
+        """Release a claim that was made after its task was cancelled (nobody will run its handler)."""
+        if done.cancelled() or done.exception() is not None or self.claims is None:
+            return
+        claim = done.result()
+        self.claims.forget_held(message)
+        if claim.status == "acquired" and claim.token is not None:
+            self._background(run_blocking(self.claims.release_held, message, [key, claim.token]))
+
+    def _background(self, aw: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(aw)
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    # the claim is taken off the table here, on the loop, before the store call is awaited:
+    # the call may run after this task moved on (cancelled), and must still find it
     async def _do_complete(self, message: Delivery, result: bytes | None) -> None:
         assert self.claims is not None
-        await run_blocking(self.claims.complete, message, result)
+        await run_blocking(self.claims.complete_held, message, self.claims.forget_held(message), result)
 
     async def _do_release(self, message: Delivery) -> None:
         assert self.claims is not None
-        await run_blocking(self.claims.release, message)
+        await run_blocking(self.claims.release_held, message, self.claims.forget_held(message))
 
     async def _do_forget(self, message: Delivery) -> None:
         assert self.claims is not None
-        await run_blocking(self.claims.forget, message)
+        await run_blocking(self.claims.forget_claim, message, self.claims.forget_held(message))
 
     async def _do_transact(self, message: Delivery, key: str, token: str) -> Any:
         transactional, claims = self.options.transactional, self.claims

@@ -169,8 +169,8 @@ class AsyncBucketWriter:
         """Await a stream call under the write policy; any failure (a cancel too) aborts the whole write."""
         try:
             return await self._guard.acall("write", f"{what} {self._key}", fn, *args)
-        except BaseException:
-            await asyncio.shield(self.abort())
+        except BaseException as failure:
+            await self._abort_after(failure)
             raise
 
     async def close(self) -> None:
@@ -219,6 +219,19 @@ class AsyncBucketWriter:
             await stream.close()
         return digest.digest()
 
+    async def _abort_after(self, failure: BaseException) -> None:
+        """Abort, shielded, because of ``failure``; an abort that fails after a cancel lets the cancel go on.
+
+        After an error, the abort's own failure is raised (as on the sync face, with the
+        error as its context); after a cancel (or another BaseException), the cancel is what
+        the caller must see: never turned into an error.
+        """
+        try:
+            await asyncio.shield(self.abort())
+        except Exception:
+            if isinstance(failure, Exception):
+                raise
+
     async def abort(self) -> None:
         """Discard what was written; nothing becomes visible."""
         if self._done:
@@ -233,7 +246,9 @@ class AsyncBucketWriter:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc_type is not None:
+        if exc is not None:
+            await self._abort_after(exc)
+        elif exc_type is not None:
             await asyncio.shield(self.abort())
         else:
             await self.close()

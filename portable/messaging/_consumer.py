@@ -177,21 +177,11 @@ class RunClaims:
 
     def complete(self, message: Message, result: bytes | None) -> None:
         """Record that ``message``'s handler ran, with ``result``, if its key was claimed here."""
-        held = self.forget_held(message)
-        if held is not None:
-            try:
-                self.store.complete(held[0], held[1], result)
-            except Exception as exc:
-                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
+        self.complete_held(message, self.forget_held(message), result)
 
     def release(self, message: Message) -> None:
         """Give ``message``'s key back after its handler failed, if it was claimed here."""
-        held = self.forget_held(message)
-        if held is not None:
-            try:
-                self.store.release(held[0], held[1])
-            except Exception as exc:
-                log.warning("could not release idempotency key of message %s: %s", message.id, exc)
+        self.release_held(message, self.forget_held(message))
 
     def forget(self, message: Message) -> None:
         """Give ``message``'s key up with its counts (it was dead-lettered), if it was claimed here.
@@ -199,7 +189,29 @@ class RunClaims:
         A redriven copy is then counted from its first start. A store without
         ``forget`` gets ``release``.
         """
-        held = self.forget_held(message)
+        self.forget_claim(message, self.forget_held(message))
+
+    # The *_held forms take the claim already taken off the table (``forget_held``), so that
+    # a caller that must not race another's bookkeeping (the async loop, whose store calls run
+    # in the pool after the task may have moved on) takes it first, then calls the store.
+    def complete_held(self, message: Message, held: list[Any] | None, result: bytes | None) -> None:
+        """:meth:`complete` for a claim ``held`` already taken off the table (None: nothing to do)."""
+        if held is not None:
+            try:
+                self.store.complete(held[0], held[1], result)
+            except Exception as exc:
+                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
+
+    def release_held(self, message: Message, held: list[Any] | None) -> None:
+        """:meth:`release` for a claim ``held`` already taken off the table (None: nothing to do)."""
+        if held is not None:
+            try:
+                self.store.release(held[0], held[1])
+            except Exception as exc:
+                log.warning("could not release idempotency key of message %s: %s", message.id, exc)
+
+    def forget_claim(self, message: Message, held: list[Any] | None) -> None:
+        """:meth:`forget` for a claim ``held`` already taken off the table (None: nothing to do)."""
         if held is not None:
             forget = getattr(self.store, "forget", None) or self.store.release
             try:

@@ -233,6 +233,9 @@ class MessageScript:
             log.warning("idempotency claim for message %s failed: %s", message.id, exc)
             yield from self.retry_later(message)
             return
+        except BaseException:  # cancelled while claiming: the message goes back (the executor releases a late claim)
+            yield (GIVE_BACK, message)
+            raise
         if claim.status == "completed":
             if (yield from self.ack(message)):
                 self.count("skipped")
@@ -313,17 +316,10 @@ class MessageScript:
 
     def ack(self, message: Delivery) -> Generator[Effect, Any, bool]:
         """Ack ``message``; whether it was acked (a lost lease or a failed ack is logged)."""
-        try:
-            yield (ACK, message)
-        except PreconditionFailed:
-            self.count("lost")
-            log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
-            return False
-        except PortableError as exc:
-            log.warning("ack of message %s failed: %s; it will be delivered again", message.id, exc)
-            return False
-        self.count("acked")
-        return True
+        return (yield from self.settle(
+            (ACK, message), "acked", "ack of message %s failed: %s; it will be delivered again",
+            lost="ack of message %s refused: its lease was lost, it will be delivered again",
+        ))  # fmt: skip
 
     def retry_later(self, message: Delivery, attempt: int | None = None) -> Generator[Effect, Any, bool]:
         """Nack ``message`` with the backoff of ``attempt`` (default: its delivery attempt)."""
@@ -331,15 +327,25 @@ class MessageScript:
 
     def nack(self, message: Delivery, delay: float) -> Generator[Effect, Any, bool]:
         """Nack ``message`` for ``delay`` seconds; whether it was nacked."""
+        return (yield from self.settle((NACK, message, delay), "nacked", "nack of message %s failed: %s"))
+
+    def settle(self, effect: Effect, done: str, failed: str, *, lost: str | None = None) -> Generator[Effect, Any, bool]:
+        """Make the settling ``effect``; count ``done`` and say True, or log (``failed``, ``lost``) and say False.
+
+        A lost lease (PreconditionFailed) counts as ``lost``: the message comes again.
+        """
+        message: Delivery = effect[1]
         try:
-            yield (NACK, message, delay)
+            yield effect
         except PreconditionFailed:
             self.count("lost")
+            if lost is not None:
+                log.warning(lost, message.id)
             return False
         except PortableError as exc:
-            log.warning("nack of message %s failed: %s", message.id, exc)
+            log.warning(failed, message.id, exc)
             return False
-        self.count("nacked")
+        self.count(done)
         return True
 
     def dead_letter(self, message: Delivery, reason: str) -> Generator[Effect, Any, bool]:

@@ -28,6 +28,7 @@ from portable.errors import (
     InvalidArgument,
     InvalidKey,
     InvalidURL,
+    NotFound,
     PortableError,
     TooLarge,
     Unavailable,
@@ -258,7 +259,7 @@ def test_a_cancelled_put_stores_the_whole_object_or_nothing(tmp_path: Path) -> N
                 took.append(loop.time() - started)
             whole = min(took)  # how long one put takes here, now
             cancelled = 0
-            for i in range(50):
+            for i in range(200):
                 task = asyncio.ensure_future(bucket.put(f"obj/{i}", data))
                 # every other one at once (queued or just handed to a thread), the rest at a random
                 # point: running in the thread, or done
@@ -268,7 +269,7 @@ def test_a_cancelled_put_stores_the_whole_object_or_nothing(tmp_path: Path) -> N
                     await task
                 except asyncio.CancelledError:
                     cancelled += 1
-            assert cancelled >= 25
+            assert cancelled >= 100
             await asyncio.sleep(0.3)  # a put already in a pool thread runs to its end
             async for info in bucket.list("obj/"):
                 assert await bucket.get(info.key) == data, f"{info.key} is partial"
@@ -284,3 +285,76 @@ def test_signed_url_on_a_provider_without_them_names_the_limitation() -> None:
                 await bucket.signed_url("k", expires=dt.timedelta(minutes=5))
 
     asyncio.run(main())
+
+
+def test_leaving_iter_many_early_cancels_the_fetches_in_flight() -> None:
+    async def main() -> None:
+        async with portable.aio.open_bucket("mem://iter-early") as bucket:
+            keys = [f"i/{n:03d}" for n in range(200)]
+            await bucket.put_many({k: k.encode() for k in keys})
+            seen = []
+            stream = bucket.iter_many(keys, concurrency=4)
+            async for key, body in stream:
+                assert body == key.encode()
+                seen.append(key)
+                if len(seen) == 3:
+                    break
+            await stream.aclose()  # type: ignore[attr-defined]
+            assert len(seen) == 3
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            assert others == [], f"fetches outlived the loop: {others}"
+            with pytest.raises(NotFound, match="i/none"):
+                [item async for item in bucket.iter_many(["i/000", "i/none"])]
+            assert [k async for k, _ in bucket.iter_many(["i/000", "i/none"], missing_ok=True)] == ["i/000"]
+
+    asyncio.run(main())
+
+
+def test_a_deadline_set_around_awaits_holds_for_them() -> None:
+    from portable.errors import DeadlineExceeded
+    from portable.resilience import deadline
+
+    driver = CountingMemory()
+    bucket = AsyncBucket.from_sync(Bucket(driver, url="mem://deadline"))
+
+    async def main() -> None:
+        await bucket.put("k", b"v")
+        with deadline(0.05):
+            assert await bucket.get("k") == b"v"
+            await asyncio.sleep(0.08)
+            driver.calls.clear()
+            with pytest.raises(DeadlineExceeded, match="before the call was made"):
+                await bucket.get("k")
+            with pytest.raises(DeadlineExceeded):
+                async with bucket.open("w", "wb"):
+                    pass
+        assert driver.calls == [], "a call made after the deadline reached the driver"
+
+    asyncio.run(main())
+
+
+class NonBlockingMemory(MemoryStorage):
+    """The in-memory driver declaring what is true of it: its calls never block."""
+
+    never_blocks = True
+
+
+def test_a_driver_that_never_blocks_is_served_inline_with_no_thread() -> None:
+    from portable.driver.threads import shutdown_pool
+
+    shutdown_pool()  # a later pooled call starts a new pool; none must start here
+    bucket = AsyncBucket.from_sync(Bucket(NonBlockingMemory(), url="mem://inline"))
+    main_thread = threading.get_ident()
+
+    async def main() -> None:
+        await bucket.put_many({f"k{i}": b"v" for i in range(50)})
+        assert await asyncio.gather(*(bucket.get(f"k{i}") for i in range(50))) == [b"v"] * 50
+        async with bucket.open("s", "wb") as writer:
+            await writer.write(b"streamed")
+        async with bucket.open("s") as reader:
+            assert await reader.read() == b"streamed"
+        assert [e.key async for e in bucket.list(page_size=7)][:2] == ["k0", "k1"]
+        assert threading.get_ident() == main_thread
+
+    asyncio.run(main())
+    assert not [t for t in threading.enumerate() if t.name.startswith("portable-aio")], "a pool thread started"

@@ -13,8 +13,11 @@ Run as a script, this file is the SIGTERM test's worker:
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -27,6 +30,7 @@ import pytest
 
 import portable.aio as aio
 import portable.messaging as pm
+from portable.driver.messaging import OutgoingMessage
 from portable.idempotency import MemoryStore, fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,6 +236,51 @@ def test_run_takes_an_async_idempotency_store_and_claims_on_its_sync_store(sqlit
 
     asyncio.run(main())
     assert store.claim("new-2", fingerprint(b"pay"), lease=30, ttl=600).status == "completed"
+
+
+def test_run_cancelled_at_random_points_handles_every_message_once(sqlite_url: str) -> None:
+    """Seeded cancels of run() mid-receive, mid-claim, mid-handler and mid-settle: with an idempotency
+    store every message's effect happens once, none is lost, and no claim is left IN_PROGRESS."""
+    rng = random.Random(1616)
+    total = 40
+    store = MemoryStore()
+    effects: list[int] = []
+
+    async def handler(m: aio.AsyncMessage) -> None:
+        await asyncio.sleep(rng.choice((0, 0.001, 0.01)))
+        effects.append(int(m.body))  # the effect: no await after it
+
+    async def main() -> None:
+        async with aio.open_topic(sqlite_url) as topic, aio.open_subscription(sqlite_url, lease=5) as sub:
+            await topic.publish_batch([OutgoingMessage(str(i).encode(), idempotency_key=f"k-{i}") for i in range(total)])
+            for _ in range(120):
+                run = asyncio.ensure_future(sub.run(
+                    handler, concurrency=rng.choice((1, 4)), idempotency=store, poll=0.05, backoff=0.0,
+                    drain_timeout=rng.choice((0.0, 0.01)), max_deliveries=None, handle_signals=False,
+                ))  # fmt: skip
+                await asyncio.sleep(rng.uniform(0, 0.05))
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run
+            stop = asyncio.Event()
+            final = asyncio.ensure_future(sub.run(
+                handler, concurrency=4, idempotency=store, poll=0.05, stop_event=stop, max_deliveries=None,
+                handle_signals=False,
+            ))  # fmt: skip
+            until = time.monotonic() + 30
+            while len(set(effects)) < total and time.monotonic() < until:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.3)
+            stop.set()
+            await final
+            assert await sub.receive(10, wait=0.2) == []
+
+    asyncio.run(main())
+    counts = collections.Counter(effects)
+    assert sorted(counts) == list(range(total)), "a message was lost"
+    assert [i for i, n in counts.items() if n > 1] == [], "a message's effect happened twice"
+    statuses = {store.claim(f"k-{i}", fingerprint(str(i).encode()), lease=30, ttl=600).status for i in range(total)}
+    assert statuses == {"completed"}
 
 
 # -- SIGTERM: a worker process ------------------------------------------------------------------
