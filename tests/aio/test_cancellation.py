@@ -309,7 +309,7 @@ def test_cancelled_consumers_process_every_message_exactly_once(queue: QueueKit)
             assert tally["cancelled"] >= ROUNDS // 2 or tally["all done at a cancel"], tally
             left = await sub.receive(max_messages=10, wait=0.5)
             assert left == [], f"{len(left)} messages still in the queue"
-        await quiesce()
+            await quiesce()  # before the close: no pool thread may still be in a receive of this queue
         stuck = []
         for i in range(MESSAGES):
             claim = await run_blocking(queue.store.claim, f"m-{i}", fingerprint(str(i).encode()), lease=30, ttl=600)
