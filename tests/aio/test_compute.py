@@ -323,3 +323,28 @@ def test_aclose_closes_the_sync_launcher(driver: CountingLocal) -> None:
 def test_from_sync_takes_only_a_launcher() -> None:
     with pytest.raises(InvalidArgument):
         AsyncLauncher.from_sync("local://x")  # type: ignore[arg-type]
+
+
+def test_jobs_submitted_on_the_async_face_publish_their_events(jobs_dir: Path, unique_name: str) -> None:
+    from portable.messaging import open_subscription
+
+    queue = f"mem://{unique_name}"
+    sub = open_subscription(queue)
+
+    async def run() -> str:
+        async with portable.aio.open_launcher(f"local://{jobs_dir}", events=queue) as launcher:
+            job = await launcher.submit(JobSpec(name="watched", command=python("raise SystemExit(3)")))
+            assert (await job.wait(timeout=60)).state is JobState.FAILED
+            return job.id
+
+    job_id = asyncio.run(run())  # leaving the block closed the launcher, which reported the final state
+    events = []
+    for _ in range(100):
+        for message in sub.receive(10, wait=0.05):
+            events.append(message.event())
+            message.ack()
+        if events and events[-1].type == "dev.portable.job.failed":
+            break
+    assert events[0].type == "dev.portable.job.pending"
+    assert events[-1].type == "dev.portable.job.failed"
+    assert {e.subject for e in events} == {job_id}
