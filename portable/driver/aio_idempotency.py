@@ -6,13 +6,16 @@ As in :mod:`portable.driver.aio_storage`, one class serves every store:
 each method in the bounded pool of :mod:`portable.driver.threads` (the one
 place sync becomes async). That covers every store of portable (memory,
 sqlite, bucket, DynamoDB, Firestore, Redis) with no code of theirs. A store
-whose calls never block (:class:`~portable.idempotency.MemoryStore`) returns
-an :class:`InlineStoreDriver` from its ``async_driver()`` hook, which calls it
-on the loop; a store with a natively async client subclasses
-:class:`AsyncStoreDriver` the same way (set ``native = True``).
+whose calls never block (:class:`~portable.idempotency.MemoryStore`) declares
+``never_blocks = True`` (as a storage driver does, see
+:mod:`portable.driver.aio_storage`) and is called on the loop by an
+:class:`InlineStoreDriver`; a store with a natively async client subclasses
+:class:`AsyncStoreDriver` (set ``native = True``) and returns it from an
+``async_driver()`` method.
 
 :func:`async_store_driver` picks a store's driver: its ``async_driver()``
-when it has one, else the thread-adapted default.
+when it has one, an :class:`InlineStoreDriver` when it never blocks, else
+the thread-adapted default.
 
 Error contract: the sync store's, unchanged (IdempotencyConflict,
 PreconditionFailed, TooLarge, InvalidArgument). ``extend`` and ``forget`` are
@@ -137,13 +140,16 @@ class InlineStoreDriver(AsyncStoreDriver):
 
 
 def async_store_driver(store: IdempotencyStore) -> AsyncStoreDriver:
-    """The async driver of ``store``: its ``async_driver()`` if it has one, else :class:`AsyncStoreDriver`."""
+    """The async driver of ``store``: its ``async_driver()`` if it has one, an
+    :class:`InlineStoreDriver` if it declares ``never_blocks = True``, else :class:`AsyncStoreDriver`."""
     hook = getattr(store, "async_driver", None)
     if callable(hook):
         driver = hook()
         if not isinstance(driver, AsyncStoreDriver):
             raise TypeError(f"{type(store).__name__}.async_driver() returned {type(driver).__name__}, not an AsyncStoreDriver")
         return driver
+    if getattr(store, "never_blocks", False) is True:
+        return InlineStoreDriver(store)
     return AsyncStoreDriver(store)
 
 

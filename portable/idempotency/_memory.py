@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from ..driver.idempotency import (
     COMPLETED,
@@ -36,9 +36,6 @@ from ..driver.idempotency import (
 )
 from ..urls import ParsedURL
 
-if TYPE_CHECKING:
-    from ..driver.aio_idempotency import InlineStoreDriver
-
 __all__ = ["MemoryStore"]
 
 
@@ -50,6 +47,8 @@ class MemoryStore:
         clock: wall-clock seconds; tests pass a fake one.
     """
 
+    #: a dict under a lock: the async face calls it on the event loop, with no thread hop
+    never_blocks: ClassVar[bool] = True
     _shared: ClassVar[dict[str, MemoryStore]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
@@ -127,13 +126,6 @@ class MemoryStore:
             now = self._clock()
             if change_needed(record, key, token, None, now):
                 self._records[key] = extended_record(record, lease, now)
-
-    def async_driver(self) -> InlineStoreDriver:
-        """The async face's driver: calls on the event loop, no thread (a dict under a lock never blocks)."""
-        # imported here: it loads asyncio (~40 ms), which only async callers should pay for
-        from ..driver.aio_idempotency import InlineStoreDriver
-
-        return InlineStoreDriver(self)
 
     def purge_expired(self) -> int:
         """Drop expired records; return how many."""
