@@ -48,21 +48,29 @@ import builtins
 import datetime as dt
 import json
 import logging
-import math
-import re
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import urls
+from ._compute_spec import (
+    JobHandle,
+    WaitPlan,
+    check_cancellable,
+    check_job_id,
+    check_labels,
+    check_preempt,
+    check_states,
+    check_wait_timeout,
+    normalise_spec,
+    parse_memory,
+    submission,
+)
 from ._native import native_object
 from .cloudevents import CloudEvent
 from .config import Profile, check_requirements, load_profile
 from .driver import Classifier
 from .driver.compute import (
-    RESERVED_ENV,
     ComputeCapabilities,
     ComputeDriver,
     JobSpec,
@@ -71,16 +79,8 @@ from .driver.compute import (
     Resources,
 )
 from .driver.redaction import redact
-from .errors import (
-    DeadlineExceeded,
-    ErrorCode,
-    InvalidArgument,
-    InvalidKey,
-    InvalidURL,
-    PortableError,
-    Unsupported,
-)
-from .resilience import Guard, ResiliencePolicy, remaining
+from .errors import ErrorCode, PortableError
+from .resilience import Guard, ResiliencePolicy
 
 if TYPE_CHECKING:
     from .messaging import Topic
@@ -103,237 +103,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-_JOB_ID = re.compile(r"^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,255}$")
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_MEMORY_AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
-_MEMORY_UNITS: dict[str, float] = {
-    "": 1.0,
-    "mi": 1.0,
-    "mib": 1.0,
-    "gi": 1024.0,
-    "gib": 1024.0,
-    "ti": 1024.0 * 1024,
-    "tib": 1024.0 * 1024,
-    "m": 1e6 / 2**20,
-    "mb": 1e6 / 2**20,
-    "g": 1e9 / 2**20,
-    "gb": 1e9 / 2**20,
-    "t": 1e12 / 2**20,
-    "tb": 1e12 / 2**20,
-    "ki": 1 / 1024,
-    "kib": 1 / 1024,
-}
-_MAX_RETRIES = 9
-_MAX_LABELS = 64
-_MAX_IDEMPOTENCY_KEY = 256
-
-
-# ---------------------------------------------------------------- validation
-def parse_memory(value: object) -> int:
-    """Return ``value`` in MiB: an int is MiB; a str may carry a unit (``"2Gi"``, ``"512MB"``).
-
-    Raises:
-        InvalidArgument: not a positive amount, or an unknown unit.
-    """
-    if isinstance(value, bool):
-        raise InvalidArgument(f"memory must be MiB as an int or a string like '2Gi', got {value!r}")
-    if isinstance(value, int):
-        mib = float(value)
-    elif isinstance(value, float):
-        mib = value
-    elif isinstance(value, str):
-        match = _MEMORY_AMOUNT.match(value)
-        unit = match.group(2).lower() if match else ""
-        if not match or unit not in _MEMORY_UNITS:
-            raise InvalidArgument(
-                f"memory {value!r} is not an amount: write MiB as an int (512) or a number "
-                "with a unit: Mi, Gi, Ti, MB, GB, TB (e.g. '512Mi', '2Gi')"
-            )
-        mib = float(match.group(1)) * _MEMORY_UNITS[unit]
-    else:
-        raise InvalidArgument(f"memory must be MiB as an int or a string like '2Gi', got {type(value).__name__}")
-    if not math.isfinite(mib) or mib <= 0:
-        raise InvalidArgument(f"memory must be > 0, got {value!r}")
-    return max(1, math.ceil(mib))
-
-
-def _parse_cpu(value: object) -> float:
-    if isinstance(value, bool):
-        raise InvalidArgument(f"cpu must be a number of vCPUs such as 2 or 0.5, got {value!r}")
-    if isinstance(value, int | float):
-        cpu = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        try:
-            cpu = float(text[:-1]) / 1000 if text.endswith("m") else float(text)
-        except ValueError:
-            raise InvalidArgument(
-                f"cpu {value!r} is not a number of vCPUs: write 2, 0.5 or '500m'"
-            ) from None
-    else:
-        raise InvalidArgument(f"cpu must be a number of vCPUs such as 2 or 0.5, got {type(value).__name__}")
-    if not math.isfinite(cpu) or cpu <= 0:
-        raise InvalidArgument(f"cpu must be > 0, got {value!r}")
-    return cpu
-
-
-def _normalise_resources(value: object) -> Resources:
-    if value is None:
-        return Resources()
-    if isinstance(value, Resources):
-        raw: Mapping[str, Any] = {"cpu": value.cpu, "memory": value.memory_mib, "gpu": value.gpu}
-    elif isinstance(value, Mapping):
-        raw = value
-        unknown = set(raw) - {"cpu", "memory", "gpu"}
-        if unknown:
-            raise InvalidArgument(
-                f"unknown resource(s) {', '.join(sorted(map(str, unknown)))}; resources take cpu, memory, gpu"
-            )
-    else:
-        raise InvalidArgument(
-            f"resources must be a Resources or a mapping such as {{'cpu': 2, 'memory': '4Gi'}}, "
-            f"got {type(value).__name__}"
-        )
-    cpu = None if raw.get("cpu") is None else _parse_cpu(raw["cpu"])
-    memory = None if raw.get("memory") is None else parse_memory(raw["memory"])
-    gpu = raw.get("gpu") or 0
-    if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-        raise InvalidArgument(f"gpu must be an int >= 0, got {raw.get('gpu')!r}")
-    return Resources(cpu=cpu, memory_mib=memory, gpu=gpu)
-
-
-def _str_dict(value: object, what: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidArgument(f"{what} must be a mapping of str to str, got {type(value).__name__}")
-    out: dict[str, str] = {}
-    for key, item in value.items():
-        if type(key) is not str or type(item) is not str:
-            raise InvalidArgument(f"{what} must map str to str; {key!r}: {type(item).__name__} is not")
-        out[key] = item
-    return out
-
-
-def _check_text(value: object, what: str, limit: int) -> str:
-    if type(value) is not str or not value:
-        raise InvalidArgument(f"{what} must be a non-empty str, got {value!r}")
-    if len(value) > limit or _CONTROL_CHARS.search(value):
-        raise InvalidArgument(f"{what} must be at most {limit} characters without control characters")
-    return value
-
-
-def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = None) -> JobSpec:
-    """Check every field of ``spec`` and return it with canonical types.
-
-    Raises:
-        InvalidArgument / InvalidKey / InvalidURL: what to fix, before any request.
-        Unsupported: the spec asks for GPUs on a provider without them.
-    """
-    if not isinstance(spec, JobSpec):
-        raise InvalidArgument(f"submit takes a JobSpec, got {type(spec).__name__}")
-    command = spec.command
-    if isinstance(command, str | bytes):
-        raise InvalidArgument(
-            f"command must be an argv list such as ['python', 'train.py'], not a string; "
-            f"split a shell line with shlex.split({str(command)[:40]!r})"
-        )
-    if not isinstance(command, list | tuple) or not command:
-        raise InvalidArgument("command must be a non-empty argv list such as ['python', 'train.py']")
-    for arg in command:
-        if type(arg) is not str:
-            raise InvalidArgument(f"every command argument must be a str, got {type(arg).__name__} {arg!r}")
-        if "\x00" in arg:
-            raise InvalidArgument("a command argument holds a NUL character")
-    if not command[0]:
-        raise InvalidArgument("the command's program (its first element) must not be empty")
-    if type(spec.name) is not str or not _JOB_NAME.match(spec.name):
-        raise InvalidKey(
-            f"job name {spec.name!r} must be 1-128 of letters, digits, '-' or '_', "
-            "starting with a letter or digit"
-        )
-    if spec.image is not None:
-        _check_text(spec.image, "image", 1024)
-    env = _str_dict(spec.env, "env")
-    for name, value in env.items():
-        if not _ENV_NAME.match(name):
-            raise InvalidArgument(f"env name {name!r} must match [A-Za-z_][A-Za-z0-9_]*")
-        if "\x00" in value:
-            raise InvalidArgument(f"env {name} holds a NUL character")
-        if name in RESERVED_ENV:
-            raise InvalidArgument(
-                f"env {name} is set by the launcher; "
-                + ("pass checkpoint_url= instead" if name == "PORTABLE_CHECKPOINT_URL" else "remove it")
-            )
-    workdir = spec.workdir
-    if workdir is not None and (type(workdir) is not str or not workdir or "\x00" in workdir):
-        raise InvalidArgument(f"workdir must be a non-empty path str, got {workdir!r}")
-    resources = _normalise_resources(spec.resources)
-    if resources.gpu and capabilities is not None and not capabilities.gpus:
-        raise Unsupported(f"the launcher has no GPUs; the spec asks for {resources.gpu}")
-    retries = spec.retries
-    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= _MAX_RETRIES:
-        raise InvalidArgument(f"retries must be an int from 0 to {_MAX_RETRIES}, got {retries!r}")
-    timeout = spec.timeout
-    if timeout is not None:
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-            raise InvalidArgument(f"timeout must be a number of seconds > 0, or None; got {timeout!r}")
-        timeout = float(timeout)
-    labels = _str_dict(spec.labels, "labels")
-    if len(labels) > _MAX_LABELS:
-        raise InvalidArgument(f"a job takes at most {_MAX_LABELS} labels, got {len(labels)}")
-    for key, value in labels.items():
-        if not _LABEL_KEY.match(key):
-            raise InvalidArgument(
-                f"label key {key!r} must be 1-63 of lower-case letters, digits, '-' or '_', starting with a letter"
-            )
-        if not _LABEL_VALUE.match(value):
-            raise InvalidArgument(
-                f"label {key}={value!r}: values are 0-63 of lower-case letters, digits, '-' or '_'"
-            )
-    if spec.idempotency_key is not None:
-        _check_text(spec.idempotency_key, "idempotency_key", _MAX_IDEMPOTENCY_KEY)
-    checkpoint = spec.checkpoint_url
-    if checkpoint is not None:
-        if type(checkpoint) is not str:
-            raise InvalidURL(f"checkpoint_url must be a bucket URL str, got {type(checkpoint).__name__}")
-        parsed = urls.parse_url(checkpoint)
-        known = urls.known_schemes("storage")
-        if parsed.scheme not in known and "+" not in parsed.scheme:
-            raise InvalidURL(
-                f"checkpoint_url {redact(checkpoint)!r} is not a bucket URL; known schemes: "
-                + ", ".join(f"{s}://" for s in known)
-            )
-    return replace(
-        spec,
-        command=tuple(command),
-        env=env,
-        resources=resources,
-        timeout=timeout,
-        labels=labels,
-    )
-
-
-def check_job_id(job_id: object) -> str:
-    """Return ``job_id`` if it can be a job id, else raise InvalidArgument."""
-    if type(job_id) is not str or not _JOB_ID.match(job_id):
-        raise InvalidArgument(
-            f"{job_id!r} is not a job id: ids are 1-256 of letters, digits, '_', '.', ':' or '-'"
-        )
-    return job_id
-
-
-def _check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
-    out = _str_dict(labels, "labels")
-    for key, value in out.items():
-        if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
-            raise InvalidArgument(f"label {key}={value!r} is not a portable label (see JobSpec.labels)")
-    return out
-
 
 class _NoRetry(Classifier):
     """A driver's classification with every error made final (non-idempotent submits)."""
@@ -352,7 +121,7 @@ class _NoRetry(Classifier):
 
 
 # ---------------------------------------------------------------- the types
-class Job:
+class Job(JobHandle["Launcher"]):
     """A handle on one job. Cheap: it holds the launcher and the id.
 
     Attributes:
@@ -360,20 +129,7 @@ class Job:
         launcher: the :class:`Launcher` it came from.
     """
 
-    __slots__ = ("id", "launcher")
-
-    def __init__(self, launcher: Launcher, job_id: str) -> None:
-        self.launcher = launcher
-        self.id = job_id
-
-    def __repr__(self) -> str:
-        return f"Job({self.id!r}, launcher={self.launcher!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Job) and other.id == self.id and other.launcher is self.launcher
-
-    def __hash__(self) -> int:
-        return hash(self.id)
+    __slots__ = ()
 
     def status(self) -> JobStatus:
         """The job's current :class:`JobStatus` (state, exit code, reason, attempts)."""
@@ -389,9 +145,7 @@ class Job:
         Raises:
             DeadlineExceeded: the job had not ended in time; it goes on running.
         """
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0):
-            raise InvalidArgument(f"timeout must be seconds >= 0 or None, got {timeout!r}")
-        return self.launcher._wait(self.id, timeout)
+        return self.launcher._wait(self.id, check_wait_timeout(timeout))
 
     def logs(self, follow: bool = False) -> Iterator[str]:
         """Yield the job's output lines (stdout and stderr, all attempts in order).
@@ -458,21 +212,24 @@ class Launcher:
         """The driver underneath (for adapters and tests)."""
         return self._driver
 
-    def submit(self, spec: JobSpec) -> Job:
+    def submit(self, spec: JobSpec, *, idempotency_key: str | None = None) -> Job:
         """Start a job; return its handle at once (the job runs asynchronously).
 
-        With ``spec.idempotency_key``, a job already submitted under that key
-        (by any process, for providers with ``detached``) is returned instead
-        and nothing is launched.
+        With an idempotency key (``idempotency_key=`` or ``spec.idempotency_key``),
+        a job already submitted under that key (by any process, for providers
+        with ``detached``) is returned instead and nothing is launched.
 
         Raises:
-            InvalidArgument / InvalidKey / InvalidURL: a bad spec, before any request.
+            InvalidArgument / InvalidKey / InvalidURL: a bad spec, or two
+                different idempotency keys, before any request.
             Unsupported: GPUs asked of a provider without them.
             IdempotencyConflict: the key's job was submitted with another spec.
         """
-        return self.submit_with(spec, self._driver.submit)
+        return self.submit_with(spec, self._driver.submit, idempotency_key=idempotency_key)
 
-    def submit_with(self, spec: JobSpec, submit: Callable[[JobSpec], JobStatus]) -> Job:
+    def submit_with(
+        self, spec: JobSpec, submit: Callable[[JobSpec], JobStatus], *, idempotency_key: str | None = None
+    ) -> Job:
         """Start a job through ``submit``, a driver's own variant of
         :meth:`ComputeDriver.submit` (``DaskLauncher.submit_call`` for a Python
         callable), with everything :meth:`submit` does around it.
@@ -485,27 +242,36 @@ class Launcher:
         Args:
             spec: what to run.
             submit: called with the normalised spec; returns the job's first status.
+            idempotency_key: as in :meth:`submit`.
 
         Raises:
             InvalidArgument / InvalidKey / InvalidURL: a bad spec, before any request.
             Unsupported: GPUs asked of a provider without them.
             IdempotencyConflict: the key's job was submitted with another spec.
         """
-        clean = normalise_spec(spec, self._driver.capabilities)
-        guard = self._guard if clean.idempotency_key is not None else self._guard_no_retry
-        status = guard.call("submit", f"submit {clean.name}", submit, clean)
+        clean = submission(spec, idempotency_key, self._driver.capabilities)
+        status = self._submit_guard(clean).call("submit", f"submit {clean.name}", submit, clean)
         if self._events is not None:
             self._events.watch(status)
         return Job(self, status.job_id)
 
     def get(self, job_id: str) -> Job:
-        """The job with this id.
+        """The job with this id, once the provider has said it exists.
 
         Raises:
+            InvalidArgument: not a job id.
             NotFound: no such job.
         """
         self._describe(check_job_id(job_id))
         return Job(self, job_id)
+
+    def job(self, job_id: str) -> Job:
+        """A handle on the job with this id, without a request (its first call says NotFound if it is unknown).
+
+        Raises:
+            InvalidArgument: not a job id.
+        """
+        return Job(self, check_job_id(job_id))
 
     def list(
         self, labels: Mapping[str, str] | None = None, *, states: builtins.list[JobState] | None = None
@@ -516,13 +282,10 @@ class Launcher:
             labels: pairs every job listed must have. Defaults to all jobs.
             states: only jobs in these states. Defaults to every state.
         """
-        wanted = _check_labels(labels)
-        if states is not None:
-            state_set = {JobState(s) for s in states}
+        wanted = check_labels(labels)
+        state_set = check_states(states)
         found = self._guard.call("read", "list jobs", lambda: builtins.list(self._driver.list_jobs(wanted)))
-        if states is not None:
-            found = [s for s in found if s.state in state_set]
-        return found
+        return found if state_set is None else [s for s in found if s.state in state_set]
 
     def preempt(self, job_id: str, *, grace: float | None = None) -> None:
         """Interrupt a running job as a reclaimed spot VM would: SIGTERM, ``grace``
@@ -534,11 +297,7 @@ class Launcher:
             Unsupported: the provider lacks the ``preempt`` capability.
             NotFound: no such job.
         """
-        check_job_id(job_id)
-        if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0):
-            raise InvalidArgument(f"grace must be seconds >= 0 or None, got {grace!r}")
-        if not self._driver.capabilities.preempt:
-            raise Unsupported(f"{self.provider}:// cannot preempt jobs", provider=self.provider)
+        check_preempt(job_id, grace, self._driver.capabilities, self.provider)
         self._guard.call("control", f"preempt {job_id}", self._driver.preempt, job_id, grace)
 
     def close(self) -> None:
@@ -554,33 +313,25 @@ class Launcher:
         """Return the native object of type ``kind`` under this launcher (see each adapter)."""
         return native_object(self._driver, kind, self.provider)
 
-    # -- used by Job ----------------------------------------------------
+    # -- used by Job (and by portable.aio.AsyncLauncher, which shares the guards) --
+    def _submit_guard(self, clean: JobSpec) -> Guard:
+        """A submit without an idempotency key is never retried: a lost answer could mean a launched job."""
+        return self._guard if clean.idempotency_key is not None else self._guard_no_retry
+
     def _describe(self, job_id: str) -> JobStatus:
         return self._guard.call("read", f"describe {job_id}", self._driver.describe, job_id)
 
     def _terminate(self, job_id: str) -> None:
         if not self._driver.capabilities.cancel:
-            status = self._describe(job_id)
-            if status.state is not JobState.PENDING and not status.state.terminal:
-                raise Unsupported(f"{self.provider}:// cannot cancel a running job", provider=self.provider)
+            check_cancellable(self._describe(job_id), self.provider)
         self._guard.call("control", f"cancel {job_id}", self._driver.terminate, job_id, "cancelled")
 
     def _wait(self, job_id: str, timeout: float | None) -> JobStatus:
-        limit = remaining(None)
-        if timeout is not None:
-            limit = timeout if limit is None else min(limit, timeout)
-        end = None if limit is None else time.monotonic() + limit
+        plan = WaitPlan(job_id, timeout, self.provider)
         while True:
-            left = 30.0 if end is None else max(0.0, end - time.monotonic())
-            status = self._guard.call(
-                "read", f"wait {job_id}", self._driver.wait, job_id, min(left, 30.0)
-            )
-            if status.state.terminal:
+            status = self._guard.call("read", plan.what, self._driver.wait, job_id, plan.slice())
+            if plan.finished(status):
                 return status
-            if end is not None and time.monotonic() >= end:
-                raise DeadlineExceeded(
-                    f"job {job_id} is still {status.state.value} after {limit:.3g}s", provider=self.provider
-                )
 
     def _logs(self, job_id: str, follow: bool) -> Iterator[str]:
         lines = self._guard.call("read", f"logs {job_id}", self._driver.logs, job_id, follow)

@@ -53,10 +53,13 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Unsupported
 from . import Capabilities, Classifier
+
+if TYPE_CHECKING:
+    from .aio_compute import AsyncComputeDriver
 
 __all__ = [
     "ComputeCapabilities",
@@ -397,6 +400,18 @@ class ComputeDriver(Classifier, abc.ABC):
         its provider, or to wait on a notification instead of polling.
         """
         return wait_for_status(self.describe, job_id, timeout)
+
+    def async_driver(self) -> AsyncComputeDriver:
+        """This driver's async face, for :mod:`portable.aio`.
+
+        The default adapts every method through the bounded thread pool
+        (:class:`~portable.driver.aio_compute.AsyncComputeDriver`); a driver
+        whose library is natively async returns its own subclass of it.
+        """
+        # imported here: aio_compute imports this module (and asyncio, which sync users need not load)
+        from .aio_compute import AsyncComputeDriver
+
+        return AsyncComputeDriver(self)
 
     def close(self) -> None:
         """Release connections and threads. Jobs are not affected."""

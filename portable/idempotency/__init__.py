@@ -62,6 +62,11 @@ a ``from_url(parsed: ParsedURL)`` class method that returns an
 store is built from (the record, its rules, the compare-and-swap protocol) is
 public in :mod:`portable.driver.idempotency`.
 
+From coroutines: :func:`arun_once` and ``@idempotent`` on an ``async def``
+take a sync store or a :class:`portable.aio.AsyncIdempotencyStore`
+(``portable.aio.open_store``); a cancelled coroutine leaves its key free,
+never IN_PROGRESS (docs/idempotency.md).
+
 Times: leases and expiry use the wall clock (``time.time``) because records
 are shared between processes and machines; keep clocks in sync (NTP) and
 leases well above the clock skew.

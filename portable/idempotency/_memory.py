@@ -47,6 +47,8 @@ class MemoryStore:
         clock: wall-clock seconds; tests pass a fake one.
     """
 
+    #: a dict under a lock: the async face calls it on the event loop, with no thread hop
+    never_blocks: ClassVar[bool] = True
     _shared: ClassVar[dict[str, MemoryStore]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 

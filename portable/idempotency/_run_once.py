@@ -7,13 +7,14 @@ completion (:func:`_finish`), so they behave alike.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from ..driver.idempotency import (
     DEFAULT_LEASE,
@@ -24,14 +25,15 @@ from ..driver.idempotency import (
 )
 from ..errors import InProgress, InvalidArgument, PreconditionFailed, TooLarge
 from ..resilience import remaining
-from ._memory import MemoryStore
 from ._open import open_store
+
+if TYPE_CHECKING:
+    from ..driver.aio_idempotency import AsyncStore
 
 __all__ = ["arun_once", "idempotent", "run_once"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-T = TypeVar("T")
 _log = logging.getLogger("portable.idempotency")
 
 
@@ -88,6 +90,25 @@ def _stored_result(claim: Claim, decode: Callable[[bytes], R]) -> R:
     return decode(claim.result if claim.result is not None else b"null")
 
 
+def _lost_while_running(key: str) -> None:
+    _log.warning(
+        "idempotency key %r: the lease expired while the effect ran and another caller took the "
+        "key over; the effect may have run twice. Use a longer lease.",
+        key[:200],
+    )
+
+
+@contextlib.contextmanager
+def _quietly(key: str) -> Iterator[None]:
+    """Around a release: a lost claim is fine (the next caller may run), any other failure is logged."""
+    try:
+        yield
+    except PreconditionFailed:
+        pass
+    except Exception:
+        _log.warning("idempotency key %r: could not release the claim; it frees itself when the lease expires", key[:200], exc_info=True)
+
+
 def _finish(store: IdempotencyStore, key: str, token: str, data: bytes | None) -> None:
     """Complete the claim after the effect ran; a result over the limit frees the key again."""
     try:
@@ -96,20 +117,12 @@ def _finish(store: IdempotencyStore, key: str, token: str, data: bytes | None) -
         _release_quietly(store, key, token)
         raise
     except PreconditionFailed:
-        _log.warning(
-            "idempotency key %r: the lease expired while the effect ran and another caller took the "
-            "key over; the effect may have run twice. Use a longer lease.",
-            key[:200],
-        )
+        _lost_while_running(key)
 
 
 def _release_quietly(store: IdempotencyStore, key: str, token: str) -> None:
-    try:
+    with _quietly(key):
         store.release(key, token)
-    except PreconditionFailed:
-        pass  # the lease was lost anyway: the next caller may run
-    except Exception:
-        _log.warning("idempotency key %r: could not release the claim; it frees itself when the lease expires", key[:200], exc_info=True)
 
 
 def run_once(
@@ -168,7 +181,7 @@ def run_once(
 
 
 async def arun_once(
-    store: IdempotencyStore,
+    store: IdempotencyStore | AsyncStore,
     key: str,
     payload_fingerprint: str,
     fn: Callable[[], Awaitable[R]],
@@ -179,22 +192,37 @@ async def arun_once(
     encode: Callable[[R], bytes | None] = _json_encode,
     decode: Callable[[bytes], R] = _json_decode,
 ) -> R:
-    """:func:`run_once` for a coroutine function. The store's calls run in a thread
-    unless it is a :class:`MemoryStore`, so the event loop never blocks on I/O."""
+    """:func:`run_once` for a coroutine function, with the same arguments and errors.
+
+    ``store`` is a sync store (its calls go through its async driver: the
+    bounded pool of :mod:`portable.driver.threads`, or the loop for a
+    :class:`MemoryStore`) or an async one (:class:`portable.aio.AsyncIdempotencyStore`).
+
+    Cancellation: a cancel while the claim is being made lets the claim land
+    and then releases it; a cancel while ``fn`` runs releases the claim; a
+    cancel while the completion is written lets it land. Each of those store
+    calls finishes before the CancelledError goes on (a second cancel does not
+    cut it short), so a cancelled call leaves the key free, never IN_PROGRESS.
+    """
     import asyncio  # ~40 ms to import: only coroutine callers pay for it
 
-    inline = isinstance(store, MemoryStore)
+    from ..driver.aio_idempotency import as_async_store, settle
 
-    async def call(method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        if inline:
-            return method(*args, **kwargs)
-        return await asyncio.to_thread(method, *args, **kwargs)
-
+    astore = as_async_store(store)
     waiter = _Waiter(key, wait)
-    claim = await call(store.claim, key, payload_fingerprint, lease=lease, ttl=ttl)
-    while (pause := waiter.pause(claim)) is not None:
+    while True:
+        claiming, cancelled = await settle(astore.claim(key, payload_fingerprint, lease=lease, ttl=ttl))
+        if cancelled or claiming.cancelled():
+            if not claiming.cancelled() and claiming.exception() is None:
+                landed = claiming.result()
+                if landed.status == "acquired" and landed.token is not None:
+                    await _arelease_quietly(astore, key, landed.token)
+            raise asyncio.CancelledError
+        claim = claiming.result()
+        pause = waiter.pause(claim)
+        if pause is None:
+            break
         await asyncio.sleep(pause)
-        claim = await call(store.claim, key, payload_fingerprint, lease=lease, ttl=ttl)
     if claim.status == "completed":
         return _stored_result(claim, decode)
     token = claim.token
@@ -203,14 +231,33 @@ async def arun_once(
         result = await fn()
         data = encode(result)
     except BaseException:
-        await call(_release_quietly, store, key, token)
+        await _arelease_quietly(astore, key, token)
         raise
-    await call(_finish, store, key, token, data)
+    finishing, cancelled = await settle(astore.complete(key, token, data))
+    error = None if finishing.cancelled() else finishing.exception()
+    if isinstance(error, TooLarge):
+        await _arelease_quietly(astore, key, token)
+    elif isinstance(error, PreconditionFailed):
+        _lost_while_running(key)
+        error = None
+    if cancelled or finishing.cancelled():
+        raise asyncio.CancelledError  # the completion (or the release) landed first
+    if error is not None:
+        raise error
     return result
 
 
+async def _arelease_quietly(astore: AsyncStore, key: str, token: str) -> None:
+    """Release the claim, to its end even through a cancel (which the caller raises afterwards)."""
+    from ..driver.aio_idempotency import settle
+
+    releasing, _ = await settle(astore.release(key, token))
+    with _quietly(key):
+        releasing.result()
+
+
 def idempotent(
-    store: IdempotencyStore | str,
+    store: IdempotencyStore | AsyncStore | str,
     *,
     key: str | Callable[..., str],
     payload: Callable[..., bytes | str | Mapping[str, Any]] | None = None,
@@ -236,7 +283,8 @@ def idempotent(
 
     Args:
         store: an IdempotencyStore, or a URL for :func:`open_store` (opened
-            on first call).
+            on first call), or an async store
+            (:class:`portable.aio.AsyncIdempotencyStore`, coroutine functions only).
         key: the name of a parameter whose value is the key, a
             ``str.format`` template over the parameters (``"{user}:{order}"``),
             or a callable taking the function's arguments.
@@ -251,10 +299,17 @@ def idempotent(
             must survive ``decode(encode(result))``: JSON by default.
 
     Raises:
-        InvalidArgument: at decoration, ``key`` names no parameter of the function.
+        InvalidArgument: at decoration, ``key`` names no parameter of the function,
+            or an async store is given for a plain (not ``async def``) function.
     """
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        is_async = inspect.iscoroutinefunction(fn)
+        if not is_async and inspect.iscoroutinefunction(getattr(store, "claim", None)):
+            raise InvalidArgument(
+                f"@idempotent: {fn.__qualname__} is a plain function but the store is async; "
+                "pass the sync store (AsyncIdempotencyStore.sync) or make the function async def"
+            )
         sig = inspect.signature(fn)
         params = list(sig.parameters)
         skipped = {params[0]} if params and params[0] in ("self", "cls") else set()
@@ -274,9 +329,9 @@ def idempotent(
                 if unknown:
                     raise InvalidArgument(f"@idempotent(fields=...): {fn.__qualname__} has no parameter(s) {unknown}")
         ns = f"{fn.__module__}.{fn.__qualname__}" if namespace is None else namespace
-        holder: list[IdempotencyStore] = []
+        holder: list[Any] = []
 
-        def the_store() -> IdempotencyStore:
+        def the_store() -> Any:
             if not holder:
                 holder.append(open_store(store) if isinstance(store, str) else store)
             return holder[0]
@@ -298,13 +353,14 @@ def idempotent(
             fp = fingerprint(body, fields=fields) if isinstance(body, Mapping) else fingerprint(body)
             return (f"{ns}:{k}" if ns else k), fp
 
-        if inspect.iscoroutinefunction(fn):
+        if is_async:
+            afn = cast(Callable[..., Awaitable[Any]], fn)
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 k, fp = key_and_fp(args, kwargs)
                 return await arun_once(
-                    the_store(), k, fp, lambda: fn(*args, **kwargs),
+                    the_store(), k, fp, lambda: afn(*args, **kwargs),
                     lease=lease, ttl=ttl, wait=wait, encode=encode, decode=decode,
                 )
 

@@ -28,6 +28,12 @@ Fixture contract:
     ``checkpoint_url`` (optional) returns a bucket URL that both the test and
     the job can reach: ``file://<tmp_path>/ckpt`` by default.
 
+Two faces: every test runs twice, ``test_x[sync]`` on :class:`~portable.compute.Launcher`
+and ``test_x[async]`` on :class:`portable.aio.AsyncLauncher` (through
+:func:`portable.testing.faces.blocking`, so one test body serves both). Set
+``faces = ("sync",)`` on a subclass to run one face; an ``xfail`` entry applies
+to both (it is looked up by the test's name).
+
 Tests of optional features are skipped, naming the capability, when the
 provider does not claim it (``timeouts``, ``cancel``, ``logs``, ``retries``,
 ``idempotent_submit``, ``checkpoints``, ``preempt``, ``gpus``); a provider
@@ -46,6 +52,7 @@ from typing import Any
 
 import pytest
 
+from ..aio._compute import AsyncLauncher
 from ..compute import Job, JobSpec, JobState, JobStatus, Launcher, open_launcher
 from ..config import Profile
 from ..errors import (
@@ -57,8 +64,12 @@ from ..errors import (
     Unsupported,
 )
 from ..resilience import ResiliencePolicy, RetryPolicy
+from .faces import blocking
 
-__all__ = ["BAD_SPECS", "ComputeContract", "contract_profile", "poll_until"]
+__all__ = ["BAD_SPECS", "ComputeContract", "FACES", "contract_profile", "poll_until"]
+
+#: the faces a suite runs on: the sync types and their portable.aio twins
+FACES = ("sync", "async")
 
 #: Keyword arguments of JobSpec that every launcher must refuse before any request.
 BAD_SPECS: dict[str, dict[str, Any]] = {
@@ -138,8 +149,15 @@ class ComputeContract:
     """Mix-in with the compute contract tests. Provide the ``launcher_url`` fixture."""
 
     xfail: dict[str, str] = {}
+    #: the faces each test runs on (the ``face`` parameter, applied by portable's pytest plugin)
+    faces: tuple[str, ...] = FACES
 
     # -- fixtures --------------------------------------------------------------
+    @pytest.fixture
+    def face(self, request: pytest.FixtureRequest) -> str:
+        """``"sync"`` or ``"async"``: which face this run of a test goes through."""
+        return str(getattr(request, "param", "sync"))
+
     @pytest.fixture
     def job_python(self) -> list[str]:
         return [sys.executable]
@@ -153,12 +171,20 @@ class ComputeContract:
         return f"file://{tmp_path / 'ckpt'}"
 
     @pytest.fixture
-    def launcher(self, launcher_url: str) -> Iterator[Launcher]:
+    def launcher(self, launcher_url: str, face: str) -> Iterator[Launcher]:
+        """The launcher under test: a Launcher, or an AsyncLauncher behind :func:`blocking` (same calls)."""
         launcher = open_launcher(launcher_url, profile=contract_profile(launcher_url))
+        if face == "sync":
+            try:
+                yield launcher
+            finally:
+                launcher.close()
+            return
+        twin = blocking(AsyncLauncher.from_sync(launcher))
         try:
-            yield launcher
+            yield twin
         finally:
-            launcher.close()
+            twin.aclose()
 
     @pytest.fixture
     def spec(
@@ -343,7 +369,7 @@ class ComputeContract:
 
     def test_logs_of_unknown_job_is_not_found(self, launcher: Launcher) -> None:
         with pytest.raises(NotFound):
-            list(Job(launcher, "job-000000000000000000000000").logs())
+            list(launcher.job("job-000000000000000000000000").logs())
 
     # -- listing ------------------------------------------------------------------
     def test_list_by_label(self, launcher: Launcher, spec: Callable[..., JobSpec], unique_name: str) -> None:
@@ -429,6 +455,34 @@ class ComputeContract:
     def test_bad_job_id_is_refused(self, launcher: Launcher, job_id: Any) -> None:
         with pytest.raises(InvalidArgument):
             launcher.get(job_id)
+        with pytest.raises(InvalidArgument):
+            launcher.job(job_id)
+
+    def test_a_job_handle_needs_no_request_and_finds_the_job(
+        self, launcher: Launcher, spec: Callable[..., JobSpec]
+    ) -> None:
+        job = launcher.submit(spec("pass"))
+        handle = launcher.job(job.id)
+        assert handle.id == job.id
+        assert handle.wait(timeout=120).state is JobState.SUCCEEDED
+        with pytest.raises(NotFound):
+            launcher.job("job-000000000000000000000000").status()
+
+    def test_the_idempotency_key_argument_is_the_specs_key(
+        self, launcher: Launcher, spec: Callable[..., JobSpec], unique_name: str
+    ) -> None:
+        self.need(launcher, "idempotent_submit")
+        first = launcher.submit(spec("pass"), idempotency_key=f"arg-{unique_name}")
+        again = launcher.submit(spec("pass", idempotency_key=f"arg-{unique_name}"))
+        assert again.id == first.id
+        with pytest.raises(InvalidArgument, match="differs"):
+            launcher.submit(spec("pass", idempotency_key="one"), idempotency_key="another")
+        assert [s.job_id for s in launcher.list({"suite": unique_name})] == [first.id]
+
+    @pytest.mark.parametrize("states", ["FAILED", [b"x"], ["NOPE"], 3])
+    def test_bad_states_are_refused(self, launcher: Launcher, states: Any) -> None:
+        with pytest.raises(InvalidArgument):
+            launcher.list(states=states)
 
     def test_gpus_need_the_capability(self, launcher: Launcher, spec: Callable[..., JobSpec]) -> None:
         if launcher.capabilities.gpus:

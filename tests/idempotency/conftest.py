@@ -7,17 +7,23 @@ on the server's clock, it polls the server until that much time has passed).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib.metadata
+import inspect
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from portable.aio import AsyncIdempotencyStore
 from portable.idempotency import BucketStore, IdempotencyStore, MemoryStore, SqliteStore
 from portable.storage import open_bucket
+from portable.testing.faces import blocking
 from portable.testing.fault_suite import fault_profile
 
 
@@ -63,6 +69,38 @@ class Kit:
     store: IdempotencyStore
     clock: FakeClock | RedisClock
     url: str | None = None  # a URL other processes can open, if the store is shared
+
+    def on(self, face: str) -> Kit:
+        """This kit on ``face``: itself on "sync"; on "async" its store's portable.aio twin behind blocking()."""
+        if face == "sync":
+            return self
+        assert face == "async", face
+        twin = blocking(AsyncIdempotencyStore.from_sync(self.store))
+        return dataclasses.replace(self, store=twin)
+
+
+#: the faces every store contract test runs on
+FACES = ("sync", "async")
+
+
+def on_both_faces(test: Callable[..., None]) -> Callable[..., None]:
+    """Run a store contract test once per face: ``test_x[sync]``, ``test_x[async]``.
+
+    The test's ``kit`` becomes ``kit.on(face)``, so one body serves both faces;
+    the marks travel with the function, so modules that collect the contract's
+    tests again (tests/adapters/aws, gcp) run both faces too.
+    """
+    sig = inspect.signature(test)
+
+    @functools.wraps(test)
+    def run(*args: Any, face: str, **kwargs: Any) -> None:
+        kwargs["kit"] = kwargs["kit"].on(face)
+        test(*args, **kwargs)
+
+    run.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*sig.parameters.values(), inspect.Parameter("face", inspect.Parameter.KEYWORD_ONLY)]
+    )
+    return pytest.mark.parametrize("face", FACES)(run)
 
 
 STORES = ["memory", "sqlite", "file-bucket", "mem-bucket", "chaos-bucket", "redis"]

@@ -1,4 +1,9 @@
-"""Every IdempotencyStore keeps the same promises (memory, sqlite, buckets, chaos bucket, redis)."""
+"""Every IdempotencyStore keeps the same promises (memory, sqlite, buckets, chaos bucket, redis).
+
+Each test runs on two faces (``[sync]``: the store; ``[async]``: its
+:class:`portable.aio.AsyncIdempotencyStore`, through ``blocking``): see
+``on_both_faces`` at the end.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import pytest
 from portable.errors import IdempotencyConflict, InvalidArgument, PreconditionFailed, TooLarge
 from portable.idempotency import Claim, IdempotencyStore, fingerprint
 
-from .conftest import Kit
+from .conftest import Kit, on_both_faces
 
 FP = fingerprint(b"payload")
 OTHER = fingerprint(b"another payload")
@@ -215,3 +220,9 @@ def test_the_counts_start_again_when_the_record_expires(kit: Kit) -> None:
     kit.clock.advance(ttl + 0.1)
     fresh = kit.store.claim("k", FP, lease=lease, ttl=ttl)
     assert (fresh.starts, fresh.failures) == (1, 0)
+
+
+# One body, two faces: every test above runs on the sync store and on its async twin.
+for _name, _test in list(globals().items()):
+    if _name.startswith("test_") and callable(_test):
+        globals()[_name] = on_both_faces(_test)
