@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..driver.aio_idempotency import settle
 from ..driver.idempotency import Claim
 from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
@@ -47,7 +48,9 @@ async def adrive(script: Script, do: Callable[[Effect], Awaitable[Any]], *, shie
 
     An exception ``do`` raises is thrown into the script at that effect. An
     effect for which ``shield(effect)`` is true, and every effect after a
-    cancellation, runs shielded: cancelling the task then stops the wait, not the call.
+    cancellation, is settled: awaited to its end however often the task is
+    cancelled meanwhile, its real outcome handed to the script; a cancel that
+    came during it is raised once the script has finished.
     """
     value: Any = None
     error: BaseException | None = None
@@ -56,10 +59,16 @@ async def adrive(script: Script, do: Callable[[Effect], Awaitable[Any]], *, shie
         try:
             effect = script.send(value) if error is None else script.throw(error)
         except StopIteration:
+            if cancelled:
+                raise asyncio.CancelledError from None  # the settling is done: now the cancel goes on
             return
         try:
             if cancelled or shield(effect):
-                value, error = await asyncio.shield(do(effect)), None
+                # settle, not shield: a second cancel must not leave the effect running in the
+                # background while the script (and _work's clean-up) moves on without its outcome
+                finished, interrupted = await settle(do(effect))
+                cancelled = cancelled or interrupted
+                value, error = finished.result(), None
             else:
                 value, error = await do(effect), None
         except BaseException as exc:  # the script decides; what it does not catch it re-raises

@@ -473,9 +473,20 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
                 conn.execute(f"DELETE FROM {table} WHERE queue = ?", (name,))
 
     def close(self) -> None:
+        """Drop every thread's connection.
+
+        None is closed from here while another thread may be inside a call on it
+        (a receive still running in a pool thread after its caller was cancelled):
+        closing a sqlite3 connection under a running statement can crash the
+        interpreter. Dropping the references closes each idle connection at once
+        and a busy one as soon as its call returns (CPython frees it then); only
+        the calling thread's own connection is closed explicitly.
+        """
         with self._connections_lock:
             connections, self._connections = self._connections, []
-        for conn in connections:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+        own: sqlite3.Connection | None = getattr(self._local, "conn", None)
         self._local = threading.local()
+        del connections
+        if own is not None:
+            with contextlib.suppress(sqlite3.Error):
+                own.close()

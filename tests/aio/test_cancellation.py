@@ -62,18 +62,6 @@ MESSAGES = 200
 LEASE = 5.0
 
 #: what AsyncSubscription.run does today (helper B's portable/aio/_consumer.py, 2026-12-01), found by this test
-CONSUMER_CANCEL_RACE = (
-    "portable/aio/_consumer.py adrive(): an effect run after a cancellation (COMPLETE, ACK, RELEASE) "
-    "is awaited through asyncio.shield, so a cancel arriving during it abandons it to the background "
-    "and the script moves on at once; _work's finally then forgets the message's held claim before the "
-    "background COMPLETE reads it, so the record stays IN_PROGRESS and, once its lease runs out, the "
-    "redelivered copy is handled a second time. Seen with seed 20261201: 'records not COMPLETED' on "
-    "sqlite://, 'processed more than once [11]' on sqs://. Fix: wait for such an effect to finish "
-    "despite further cancels (portable.driver.aio_idempotency.settle), hand the script its real outcome, "
-    "and raise CancelledError when the script ends"
-)
-
-
 def quick_profile() -> Profile:
     """Quick retries and no breaker: a cancel test must not trip over one flaky moto reply."""
     return Profile(
@@ -288,7 +276,6 @@ async def cancel_consumers(
     return tally
 
 
-@pytest.mark.xfail(reason=CONSUMER_CANCEL_RACE, raises=AssertionError, strict=False)
 def test_cancelled_consumers_process_every_message_exactly_once(queue: QueueKit) -> None:
     rng = random.Random(SEED + 1)
     handled: list[int] = []
