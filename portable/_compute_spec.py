@@ -126,13 +126,13 @@ def _normalise_resources(value: object) -> Resources:
     if value is None:
         return Resources()
     if isinstance(value, Resources):
-        raw: Mapping[str, Any] = {"cpu": value.cpu, "memory": value.memory_mib, "gpu": value.gpu}
+        raw: Mapping[str, Any] = {"cpu": value.cpu, "memory": value.memory_mib, "gpu": value.gpu, "spot": value.spot}
     elif isinstance(value, Mapping):
         raw = value
-        unknown = set(raw) - {"cpu", "memory", "gpu"}
+        unknown = set(raw) - {"cpu", "memory", "gpu", "spot"}
         if unknown:
             raise InvalidArgument(
-                f"unknown resource(s) {', '.join(sorted(map(str, unknown)))}; resources take cpu, memory, gpu"
+                f"unknown resource(s) {', '.join(sorted(map(str, unknown)))}; resources take cpu, memory, gpu, spot"
             )
     else:
         raise InvalidArgument(
@@ -144,7 +144,10 @@ def _normalise_resources(value: object) -> Resources:
     gpu = raw.get("gpu") or 0
     if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
         raise InvalidArgument(f"gpu must be an int >= 0, got {raw.get('gpu')!r}")
-    return Resources(cpu=cpu, memory_mib=memory, gpu=gpu)
+    spot = raw.get("spot", False)
+    if type(spot) is not bool:
+        raise InvalidArgument(f"spot must be True or False, got {spot!r}")
+    return Resources(cpu=cpu, memory_mib=memory, gpu=gpu, spot=spot)
 
 
 def _str_dict(value: object, what: str) -> dict[str, str]:
@@ -216,6 +219,11 @@ def normalise_spec(spec: JobSpec, capabilities: ComputeCapabilities | None = Non
     resources = _normalise_resources(spec.resources)
     if resources.gpu and capabilities is not None and not capabilities.gpus:
         raise Unsupported(f"the launcher has no GPUs; the spec asks for {resources.gpu}")
+    if resources.spot and capabilities is not None and not capabilities.spot:
+        raise Unsupported(
+            "the launcher cannot place jobs on spot / preemptible capacity (resources.spot); "
+            "on k8s:// name the cloud with ?flavor=gke|eks|aks"
+        )
     retries = spec.retries
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= _MAX_RETRIES:
         raise InvalidArgument(f"retries must be an int from 0 to {_MAX_RETRIES}, got {retries!r}")

@@ -107,11 +107,16 @@ class Resources:
         cpu: virtual CPUs (``0.5``, ``2``), or None for the provider's default.
         memory_mib: memory in MiB, or None for the provider's default.
         gpu: GPUs. Defaults to 0.
+        spot: run on spot / preemptible capacity (cheaper, reclaimable at any
+            time; a reclaimed attempt counts as a preemption and resumes from
+            its checkpoint). Defaults to False. A launcher that cannot place a
+            job on such capacity refuses it (``capabilities.spot``).
     """
 
     cpu: float | None = None
     memory_mib: int | None = None
     gpu: int = 0
+    spot: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +174,8 @@ class JobSpec:
             "image": self.image,
             "env": dict(sorted(self.env.items())),
             "workdir": self.workdir,
-            "resources": [res.cpu, res.memory_mib, res.gpu],
+            # spot only when asked for, so every digest made before the field existed still holds
+            "resources": [res.cpu, res.memory_mib, res.gpu, *(["spot"] if res.spot else [])],
             "retries": self.retries,
             "timeout": self.timeout,
             "labels": dict(sorted(self.labels.items())),
@@ -267,6 +273,7 @@ class ComputeCapabilities(Capabilities):
         idempotent_submit: a repeated ``idempotency_key`` returns the first job.
         detached: jobs go on, and stay visible to other processes, after the
             submitting process exits.
+        spot: can place a job on spot / preemptible capacity (``resources.spot``).
     """
 
     containers: bool = False
@@ -279,6 +286,7 @@ class ComputeCapabilities(Capabilities):
     retries: bool = True
     idempotent_submit: bool = True
     detached: bool = True
+    spot: bool = False
 
 
 def wait_for_status(

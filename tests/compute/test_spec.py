@@ -77,6 +77,24 @@ def test_gpus_need_the_capability() -> None:
     assert normalise_spec(JobSpec(command=["x"], resources={"gpu": 1}), ComputeCapabilities(gpus=True)).resources.gpu == 1
 
 
+def test_spot_needs_the_capability_and_a_bool() -> None:
+    with pytest.raises(Unsupported, match="spot"):
+        normalise_spec(JobSpec(command=["x"], resources={"spot": True}), ComputeCapabilities())
+    spec = normalise_spec(JobSpec(command=["x"], resources={"spot": True}), ComputeCapabilities(spot=True))
+    assert spec.resources == Resources(spot=True)
+    assert normalise_spec(JobSpec(command=["x"], resources=Resources(spot=True)), ComputeCapabilities(spot=True)).resources.spot
+    with pytest.raises(InvalidArgument, match="spot must be True or False"):
+        normalise_spec(JobSpec(command=["x"], resources={"spot": "yes"}), ComputeCapabilities(spot=True))
+
+
+def test_spot_is_in_the_fingerprint_and_old_digests_still_hold() -> None:
+    plain = normalise_spec(JobSpec(command=["x"]))
+    spot = normalise_spec(JobSpec(command=["x"], resources={"spot": True}), ComputeCapabilities(spot=True))
+    assert plain.fingerprint() != spot.fingerprint()
+    # the digest of a spec without spot is the one made before the field existed (records in stores keep matching)
+    assert plain.fingerprint() == "216e17a7b1fca1a96a0964e9302dd353"  # main before spot, on the same spec
+
+
 def test_states_and_capabilities() -> None:
     assert [s.terminal for s in JobState] == [False, False, True, True, True]
     assert "containers" in ComputeCapabilities.flag_names()

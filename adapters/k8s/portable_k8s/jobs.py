@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -254,6 +255,8 @@ class K8sLauncher(ComputeDriver):
 
     def __init__(self, config: SingleConfig | KubeConfig, settings: Settings, *, request_timeout: float = 30.0) -> None:
         self.settings = settings
+        if settings.flavor != "plain":  # the flavor names the cloud's spot node labels: per-job spot works
+            self.capabilities = dataclasses.replace(type(self).capabilities, spot=True)
         self.namespace = settings.namespace
         # Any: lightkube's overloads type the resource classes, not the dicts this driver works in
         self.client: Any = Client(config, namespace=settings.namespace, timeout=httpx2.Timeout(request_timeout),

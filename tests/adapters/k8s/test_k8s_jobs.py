@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from portable.compute import JobSpec, JobState, Launcher, open_launcher
-from portable.errors import InvalidArgument, InvalidURL, NotFound, PermissionDenied
+from portable.errors import InvalidArgument, InvalidURL, NotFound, PermissionDenied, Unsupported
 from portable.testing.compute_suite import contract_profile, poll_until
 from tests.emulators.k8s import IMAGE, Api, k8s_url
 
@@ -97,13 +97,18 @@ def test_a_spec_becomes_an_indexed_job(kwok: Launcher, k8s_api: Api, k8s_namespa
          [{"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}]),
     ],
 )
+@pytest.mark.parametrize("asked_by", ["url", "spec"])
 def test_spot_maps_to_each_clouds_labels_and_taints(
     k8s: dict[str, str], k8s_api: Api, k8s_namespace: str, unique_name: str,
     flavor: str, selector: dict[str, str], affinity: list[dict[str, str]] | None, tolerations: list[dict[str, str]] | None,
+    asked_by: str,
 ) -> None:
-    url = k8s_url(k8s, k8s_namespace, "kwok", f"flavor={flavor}&spot=true")
+    # spot for every job of the launcher (?spot=true), or for one job (resources={"spot": True})
+    url = k8s_url(k8s, k8s_namespace, "kwok", f"flavor={flavor}" + ("&spot=true" if asked_by == "url" else ""))
+    resources = {"spot": True} if asked_by == "spec" else None
     with open_launcher(url, profile=contract_profile(url)) as launcher:
-        job = launcher.submit(JobSpec(command=["true"], labels={"suite": unique_name}))
+        assert launcher.capabilities.spot
+        job = launcher.submit(JobSpec(command=["true"], labels={"suite": unique_name}, resources=resources))
         pod = _job(k8s_api, k8s_namespace, job.id)["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {"portable.dev/pods": "kwok", **selector}
         assert pod.get("tolerations") == tolerations
@@ -120,6 +125,17 @@ def test_spot_maps_to_each_clouds_labels_and_taints(
         assert launcher.get(job.id).status().state is JobState.PENDING
         launcher.get(job.id).cancel()
         assert launcher.get(job.id).wait(timeout=30).state is JobState.CANCELLED
+
+
+def test_a_spot_job_on_a_plain_cluster_is_refused_before_any_request(
+    k8s: dict[str, str], k8s_api: Api, k8s_namespace: str, unique_name: str,
+) -> None:
+    url = k8s_url(k8s, k8s_namespace, "kwok", "")
+    with open_launcher(url, profile=contract_profile(url)) as launcher:
+        assert not launcher.capabilities.spot
+        with pytest.raises(Unsupported, match="spot"):
+            launcher.submit(JobSpec(command=["true"], labels={"suite": unique_name}, resources={"spot": True}))
+        assert list(launcher.list({"suite": unique_name})) == []
 
 
 @pytest.mark.parametrize(
