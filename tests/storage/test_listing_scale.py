@@ -299,8 +299,10 @@ def s3s_bucket_url(s3s_server: Any) -> Iterator[str]:
         for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
             mp.delenv(name, raising=False)
         name = f"ls-{uuid.uuid4().hex[:12]}"
-        boto3.client("s3", endpoint_url=endpoint, region_name=region,
-                     config=Config(s3={"addressing_style": "path"})).create_bucket(Bucket=name)
+        # a session of its own: boto3's default session keeps the credentials it resolved first,
+        # which may be another module's (the test order, or another xdist worker's files, decides)
+        boto3.session.Session().client("s3", endpoint_url=endpoint, region_name=region,
+                                       config=Config(s3={"addressing_style": "path"})).create_bucket(Bucket=name)
         yield f"s3://{name}/{{prefix}}?region={region}&endpoint_url={endpoint}&engine={{engine}}"
 
 
