@@ -257,6 +257,8 @@ def test_preemption_is_an_eviction_with_a_disruption_target(
     seen: list[dict[str, Any]] = []
     _pod_events(k8s_api, k8s_namespace, job.id, seen)
     poll_until(lambda: job.status().state is JobState.RUNNING, 60, "the job to run")
+    # the pod watch runs in its own thread and may see the Running pod after the Job says RUNNING
+    poll_until(lambda: any(p["status"].get("phase") == "Running" for p in seen), 60, "the watch to see the pod run")
     first = next(p for p in seen if p["status"].get("phase") == "Running")["metadata"]["uid"]
     local.preempt(job.id, grace=0.5)
     poll_until(lambda: any(p["metadata"]["uid"] != first for p in seen), 60, "a replacement pod")
