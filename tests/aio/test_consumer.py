@@ -203,10 +203,8 @@ def test_lease_is_kept_while_a_slow_coroutine_handler_runs(sqlite_url: str) -> N
 
 
 def test_run_takes_an_async_idempotency_store_and_claims_on_its_sync_store(sqlite_url: str) -> None:
-    try:
-        from portable.aio import AsyncIdempotencyStore
-    except (ImportError, AttributeError):
-        pytest.skip("portable.aio.AsyncIdempotencyStore (portable/aio/_idempotency.py) is not in this tree yet")
+    from portable.aio import AsyncIdempotencyStore
+
     store = MemoryStore()
     claim = store.claim("done-1", fingerprint(b"pay"), lease=30, ttl=600)
     assert claim.token is not None
