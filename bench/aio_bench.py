@@ -18,7 +18,7 @@ round, portable's rate over the peer's of the same round):
     obstore (``?engine=obstore``: obstore's coroutines on the caller's loop)
     and fsspec (``?engine=fsspec``: aiobotocore's coroutines on s3fs's loop,
     and, as a second contestant, the other design, an aiobotocore client on
-    the caller's loop, ``portable_aws._s3_aio.S3CallerLoopStorage``);
+    the caller's loop, ``bench/_s3_caller_loop.py``);
   - obstore's async API: ``obstore.put_async`` / ``get_async`` +
     ``bytes_async`` with a semaphore of 16 (its documented idiom);
   - aiobotocore: one client (a pool of 16 connections, retries off),
@@ -338,7 +338,7 @@ def main() -> int:
     sections: dict[str, list[dict[str, Any]]] = {}
     checks: list[dict[str, Any]] = []
     try:
-        from portable_aws._s3_aio import S3CallerLoopStorage
+        from bench._s3_caller_loop import S3CallerLoopStorage
 
         run = uuid.uuid4().hex[:6]
         q = f"endpoint_url={target.endpoint}&region={target.region}"

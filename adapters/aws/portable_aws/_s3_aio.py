@@ -9,7 +9,7 @@ connection pool and one client for both faces, cancellation carried across
 (cancelling the caller cancels the request's task on s3fs's loop).
 
 Why s3fs's loop and not a client on the caller's loop
-(:class:`S3CallerLoopStorage`, the other design): bench/aio_bench.py measures
+(bench/_s3_caller_loop.py, the other design): bench/aio_bench.py measures
 both side by side, and on s3s-fs they are level (1 KiB puts and gets, 16 in
 flight: paired ratios 0.97-1.03, CPU per operation within 5%, the hop being
 small beside botocore's own work); s3fs's loop keeps one client and one
@@ -26,10 +26,8 @@ synchronous).
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime as dt
 import functools
-import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
@@ -40,7 +38,7 @@ from portable.driver.threads import run_on_loop
 if TYPE_CHECKING:
     from .s3 import S3Storage, _S3Write
 
-__all__ = ["S3AsyncStorage", "S3CallerLoopStorage"]
+__all__ = ["S3AsyncStorage"]
 
 T = TypeVar("T")
 
@@ -159,69 +157,3 @@ class _AsyncS3Write(AsyncWriteStream):
     async def abort(self) -> None:
         self._w._pending.clear()
         await self._on_loop(self._w._abort)  # after the request in flight, if any: it may have made the upload
-
-
-class S3CallerLoopStorage(AsyncStorageDriver):
-    """The other design, kept for bench/aio_bench.py: an aiobotocore client per running loop.
-
-    The same coroutines as the sync driver (``_get``, ``_put``, ...) run on a
-    shallow copy of it whose client was made on the caller's loop, so each
-    call is awaited where it is made, without a hop to s3fs's thread. One
-    client (and connection pool) per loop that uses the bucket; ``aclose``
-    closes the one of the loop it runs on. Only what the benchmark measures
-    (``get``, ``put``, ``get_many``, ``put_many``) is served this way; the rest
-    stays thread-adapted. Not returned by ``async_driver()``.
-    """
-
-    native = True
-    sync: S3Storage
-
-    def __init__(self, sync: S3Storage) -> None:
-        super().__init__(sync)
-        self._views: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, S3Storage] = weakref.WeakKeyDictionary()
-
-    async def _view(self) -> S3Storage:
-        loop = asyncio.get_running_loop()
-        view = self._views.get(loop)
-        if view is None:
-            import s3fs  # type: ignore[import-untyped]
-
-            from .s3 import _list_keys_as_sent
-
-            fs = self.sync.fs
-            own = s3fs.S3FileSystem(
-                client_kwargs=fs.client_kwargs, config_kwargs=fs.config_kwargs, skip_instance_cache=True,
-                use_listings_cache=False, cache_regions=False, max_concurrency=1, asynchronous=True, loop=loop,
-                **({"profile": self.sync.options.profile} if self.sync.options.profile else {}),
-            )
-            client = await own.set_session()
-            _list_keys_as_sent(client)
-            view = copy.copy(self.sync)
-            view.fs, view._client, view._loop = own, client, loop
-            view = self._views.setdefault(loop, view)
-        return view
-
-    async def get(self, key: str) -> bytes:
-        return await (await self._view())._get(key)
-
-    async def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
-        return await (await self._view())._put(key, data, options)
-
-    async def get_many(self, keys: list[str]) -> AsyncIterator[tuple[str, bytes | BaseException]]:
-        view = await self._view()
-        for pair in zip(keys, await view._gather(view._get, [(k,) for k in keys]), strict=True):
-            yield pair
-
-    async def put_many(
-        self, items: list[tuple[str, bytes]], options: WriteOptions
-    ) -> AsyncIterator[tuple[str, str | BaseException | None]]:
-        view = await self._view()
-        results = await view._gather(view._put, [(k, d, options) for k, d in items])
-        for pair in zip((k for k, _ in items), results, strict=True):
-            yield pair
-
-    async def aclose(self) -> None:
-        view = self._views.pop(asyncio.get_running_loop(), None)
-        creator = getattr(view.fs, "_s3creator", None) if view is not None else None
-        if creator is not None:
-            await creator.__aexit__(None, None, None)
