@@ -1,0 +1,201 @@
+"""portable.transfer between the embedded buckets (file://, mem://): every rule that needs no cloud."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from portable.driver.storage import WriteOptions, WriteStream
+from portable.embedded.file import FileStorage
+from portable.errors import InvalidArgument, NotFound
+from portable.storage import Bucket, open_bucket
+from portable.transfer import ChecksumMismatch, Progress, copy, sync
+
+SIZES = (0, 1024, 70_000, 3 * 1024 * 1024 + 17)
+
+
+def body(i: int, size: int) -> bytes:
+    seed = hashlib.sha256(f"{i}".encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def fill(bucket: Bucket, n: int = 8, prefix: str = "d/") -> dict[str, bytes]:
+    out = {}
+    for i in range(n):
+        key = f"{prefix}{i:03d}.bin"
+        data = body(i, SIZES[i % len(SIZES)])
+        bucket.put(key, data, content_type="application/x-test", metadata={"n": str(i)},
+                   cache_control="max-age=60", content_disposition=f'attachment; filename="{i}.bin"')
+        out[key] = data
+    return out
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Bucket:
+    return open_bucket(f"file://{tmp_path / 'src'}")
+
+
+@pytest.fixture
+def dst(tmp_path: Path) -> Bucket:
+    return open_bucket(f"file://{tmp_path / 'dst'}")
+
+
+def test_sync_copies_everything_with_headers_and_metadata_then_skips_it(src: Bucket, dst: Bucket) -> None:
+    data = fill(src)
+    report = sync(src, dst)
+    assert (report.copied, report.skipped, report.failed) == (len(data), 0, 0), report.failures()
+    assert report.bytes_copied == sum(map(len, data.values()))
+    for key, value in data.items():
+        assert dst.get(key) == value
+        info, want = dst.head(key), src.head(key)
+        assert (info.content_type, dict(info.metadata), info.cache_control, info.content_disposition) == (
+            want.content_type, dict(want.metadata), want.cache_control, want.content_disposition)
+    assert {r.verified for r in report.results} == {"read-back"}  # file:// keeps no checksum
+    again = sync(src, dst)
+    assert (again.copied, again.skipped) == (0, len(data))
+    assert {r.reason for r in again.results} == {"same size, destination not older"}
+
+
+def test_a_changed_source_is_copied_again(src: Bucket, dst: Bucket) -> None:
+    fill(src, 3)
+    sync(src, dst)
+    time.sleep(0.01)
+    src.put("d/001.bin", b"other size")
+    src.put("d/002.bin", body(2, 70_000)[::-1])  # same size, newer
+    report = sync(src, dst)
+    by = report.by_key()
+    assert by["d/001.bin"].reason == "size differs" and by["d/001.bin"].status == "copied"
+    assert by["d/002.bin"].reason == "source newer" and by["d/002.bin"].status == "copied"
+    assert by["d/000.bin"].status == "skipped"
+    assert dst.get("d/002.bin") == src.get("d/002.bin")
+
+
+def test_full_checksum_reads_both_sides_and_size_only_does_not(src: Bucket, dst: Bucket) -> None:
+    fill(src, 2)
+    sync(src, dst)
+    dst.put("d/001.bin", body(99, 1024))  # same size, other bytes, newer: only "full" sees it
+    assert sync(src, dst, checksum="size").copied == 0
+    assert sync(src, dst).copied == 0
+    report = sync(src, dst, checksum="full")
+    assert report.by_key()["d/001.bin"].reason == "sha256 differs"
+    assert report.by_key()["d/000.bin"].reason == "sha256 equal"
+    assert dst.get("d/001.bin") == src.get("d/001.bin")
+
+
+def test_dry_run_writes_nothing_and_says_what_it_would_do(src: Bucket, dst: Bucket) -> None:
+    data = fill(src, 4)
+    dst.put("d/extra", b"x")
+    report = sync(src, dst, delete=True, dry_run=True)
+    assert report.dry_run and (report.copied, report.deleted) == (4, 1)
+    assert [i.key for i in dst.list()] == ["d/extra"]
+    assert "would copy 4" in report.summary() and "would delete 1" in report.summary()
+    sync(src, dst, delete=True)
+    assert sorted(i.key for i in dst.list()) == sorted(data)
+
+
+def test_delete_removes_only_what_the_source_lacks_under_the_prefix(src: Bucket, dst: Bucket) -> None:
+    fill(src, 2)
+    dst.put("d/gone", b"x")
+    dst.put("other/kept", b"y")
+    report = sync(src, dst, prefix="d/", delete=True)
+    assert report.by_key()["d/gone"].status == "deleted"
+    assert not dst.exists("d/gone") and dst.exists("other/kept")
+    plain = sync(src, dst, prefix="d/")
+    assert plain.deleted == 0
+
+
+def test_copy_named_keys_reports_a_missing_one_as_failed_with_not_found(src: Bucket, dst: Bucket) -> None:
+    fill(src, 3)
+    report = copy(src, dst, keys=["d/000.bin", "d/nope"])
+    by = report.by_key()
+    assert by["d/000.bin"].status == "copied"
+    assert by["d/nope"].status == "failed" and isinstance(by["d/nope"].error, NotFound)
+    assert not dst.exists("d/001.bin") and not report.ok
+
+
+class CorruptingFile(FileStorage):
+    """A file driver whose streamed writes flip one bit of the first part: a store that corrupts."""
+
+    def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
+        inner = super().open_write(key, options, part_size)
+
+        class Flip(WriteStream):
+            first = True
+
+            def write(self, data: bytes) -> None:
+                if self.first and data:
+                    data = bytes([data[0] ^ 1]) + data[1:]
+                    self.first = False
+                inner.write(data)
+
+            def commit(self) -> str | None:
+                return inner.commit()
+
+            def abort(self) -> None:
+                inner.abort()
+
+        return Flip()
+
+
+def test_a_checksum_mismatch_is_a_failed_result_and_leaves_no_bad_copy(src: Bucket, tmp_path: Path) -> None:
+    data = fill(src, 3)
+    bad = Bucket(CorruptingFile(tmp_path / "bad"), url="file://bad")
+    report = sync(src, bad)
+    sized = [k for k, v in data.items() if v]
+    for key in sized:
+        result = report.by_key()[key]
+        assert result.status == "failed" and isinstance(result.error, ChecksumMismatch), result
+        assert "differ" in result.reason and result.error.retryable
+        assert not bad.exists(key)  # a rerun must not skip a bad copy
+    assert report.failed == len(sized)
+
+
+def test_progress_ticks_add_up_and_end_with_each_result(src: Bucket, dst: Bucket) -> None:
+    data = fill(src, 5)
+    ticks: list[Progress] = []
+    report = sync(src, dst, progress=ticks.append, concurrency=3)
+    assert sum(t.bytes_delta for t in ticks) == report.bytes_copied == ticks[-1].bytes_done
+    finished = [t for t in ticks if t.result is not None]
+    assert sorted(t.key for t in finished) == sorted(data)
+    assert [t.objects_done for t in finished] == list(range(1, len(data) + 1))
+
+
+def test_urls_work_as_well_as_buckets(tmp_path: Path) -> None:
+    name = uuid.uuid4().hex
+    src = open_bucket(f"mem://{name}")
+    src.put("k", b"v", metadata={"a": "b"})
+    report = copy(f"mem://{name}", f"file://{tmp_path / 'out'}")
+    assert report.copied == 1
+    assert open_bucket(f"file://{tmp_path / 'out'}").head("k").metadata == {"a": "b"}
+    assert os.path.exists(tmp_path / "out" / "k")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"checksum": "md5"}, "checksum must be one of"),
+        ({"concurrency": 0}, "concurrency must be"),
+        ({"part_size": 0}, "part_size must be"),
+        ({"dry_run": "yes"}, "dry_run must be"),
+        ({"keys": "d/000.bin"}, "keys must be an iterable"),
+        ({"keys": ["a"], "prefix": "d/"}, "not both"),
+        ({"progress": 3}, "progress must be"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_request(src: Bucket, dst: Bucket, kwargs: dict[str, object], says: str) -> None:
+    with pytest.raises(InvalidArgument, match=says):
+        copy(src, dst, **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_same_bucket_on_both_sides_is_refused(src: Bucket) -> None:
+    with pytest.raises(InvalidArgument, match="same"):
+        sync(src, src)
+    with pytest.raises(InvalidArgument, match="same bucket URL"):
+        sync("mem://x", "mem://x")
+    with pytest.raises(InvalidArgument, match="must be a Bucket"):
+        sync(3, src)  # type: ignore[arg-type]
