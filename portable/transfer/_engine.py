@@ -9,6 +9,7 @@ page at a time.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import threading
 import time
@@ -30,6 +31,10 @@ CHECKSUMS: tuple[str, ...] = ("auto", "size", "full")
 
 #: Bytes read from the source at once.
 READ_CHUNK = 1 << 20
+
+#: Times S3, GCS and Azure report are cut to the second: a destination written in the same
+#: second as its source may read as up to a second older.
+MODIFIED_SLACK = dt.timedelta(seconds=1)
 
 #: The default number of objects copied at once.
 DEFAULT_CONCURRENCY = 8
@@ -109,7 +114,8 @@ def same_object(src: Bucket, dst: Bucket, s: ObjectInfo, d: ObjectInfo | None, c
     ``size``: sizes equal. ``full``: sizes and SHA-256 (both read) equal.
     ``auto``: sizes equal and, where both sides are S3 (MD5 etags), the etags
     say the same content; where they cannot tell, the destination is not older
-    than the source (it was written after the source was: by an earlier run).
+    than the source (it was written after the source was: by an earlier run),
+    within :data:`MODIFIED_SLACK` for the providers' whole-second times.
     """
     if d is None:
         return False, "missing"
@@ -123,7 +129,7 @@ def same_object(src: Bucket, dst: Bucket, s: ObjectInfo, d: ObjectInfo | None, c
             if same is not None:
                 return same, "md5 etag equal" if same else "md5 etag differs"
         if s.modified is not None and d.modified is not None:
-            if d.modified >= s.modified:
+            if d.modified + MODIFIED_SLACK > s.modified:
                 return True, "same size, destination not older"
             return False, "source newer"
     if stored_sha256(src, s.key) == stored_sha256(dst, s.key):
