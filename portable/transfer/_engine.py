@@ -137,8 +137,8 @@ def same_object(src: Bucket, dst: Bucket, s: ObjectInfo, d: ObjectInfo | None, c
     return False, "sha256 differs"
 
 
-def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) -> tuple[StreamDigest, int]:
-    """Stream one object across, headers and metadata kept; return what was streamed and its expected size.
+def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) -> tuple[StreamDigest, int, str | None]:
+    """Stream one object across, headers and metadata kept; return what was streamed, its size and the new etag.
 
     The destination becomes visible only when every byte is in: an error (or
     a kill) before that leaves no object (the streamed writer's rule).
@@ -168,15 +168,22 @@ def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) 
                 f"{digest.size} were read); run the transfer again",
                 retryable=True,
             )
-    return digest, info.size
+    etag = getattr(writer, "etag", None)
+    return digest, info.size, etag if isinstance(etag, str) else None
 
 
-def verify_copy(dst: Bucket, key: str, digest: StreamDigest) -> str:
+def verify_copy(dst: Bucket, key: str, digest: StreamDigest, etag: str | None) -> str:
     """Check the stored copy against the streamed digest; return how (``md5 etag`` or ``read-back``).
+
+    ``etag`` is what the commit returned: on S3, the MD5 the store computed of
+    the bytes it stored (per part for a multipart upload), so a match needs no
+    further request. Otherwise the object is looked at (``head``) and read back.
 
     Raises:
         ChecksumMismatch: the destination holds other bytes.
     """
+    if is_s3(dst) and digest.matches_etag(etag):
+        return "md5 etag"
     info = dst.head(key)
     if info.size != digest.size:
         raise ChecksumMismatch(
@@ -212,11 +219,11 @@ def transfer_one(src: Bucket, dst: Bucket, key: str, s: ObjectInfo | None, d: Ob
             return ObjectResult(key, "skipped", size, reason)
         if plan.dry_run:
             return ObjectResult(key, "copied", size, reason)
-        digest, size = stream_object(src, dst, key, plan, tally)
+        digest, size, etag = stream_object(src, dst, key, plan, tally)
         if not plan.verify:
             return ObjectResult(key, "copied", size, reason)
         try:
-            how = verify_copy(dst, key, digest)
+            how = verify_copy(dst, key, digest, etag)
         except ChecksumMismatch:
             dst.delete(key)  # a rerun must not take the bad copy for a good one
             raise
