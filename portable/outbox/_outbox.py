@@ -17,6 +17,7 @@ from ..errors import (
     InvalidKey,
     NotFound,
     PortableError,
+    PreconditionFailed,
 )
 from ..messaging import Topic
 from ..storage import Bucket, open_bucket
@@ -77,8 +78,10 @@ class Outbox:
 
     :meth:`put` writes a record under ``prefix`` (create-only, named by the
     write's idempotency key), then the object, tagged with that key
-    (metadata ``portable-outbox-key``). :meth:`relay_once` publishes each
-    record whose object carries its tag, with the idempotency key as the
+    (metadata ``portable-outbox-key``), then marks the record committed
+    (compare-and-swap on its etag). :meth:`relay_once` publishes each
+    record marked committed, or whose object carries its tag (a writer that
+    crashed before its mark), with the idempotency key as the
     message's ``portable.idempotency_key``, and deletes the record once the
     broker acknowledged. A crash at any point either leaves the record (the
     relay or the writer's retry finishes the job) or has published an event
@@ -172,21 +175,29 @@ class Outbox:
         user[OBJECT_TAG] = idem
         record = OutboxRecord(key, idem, len(data), sha, event, check_attributes(attributes), event_key,
                               record_key=self._record_key(idem))
-        resumed = self._write_record(record)
+        resumed, record_etag = self._write_record(record)
         etag = self.bucket.put(
             key, data, content_type=content_type, metadata=user, cache_control=cache_control,
             content_encoding=content_encoding, content_disposition=content_disposition,
         )
+        self._mark_committed(record, record_etag)
         return OutboxWrite(etag, idem, record.record_key, resumed)
 
-    def _write_record(self, record: OutboxRecord) -> bool:
-        """Create the record (create-only where the provider enforces it); True if it was there already."""
+    def _write_record(self, record: OutboxRecord) -> tuple[bool, str | None]:
+        """Create the record (create-only where the provider enforces it).
+
+        Returns whether it was there already (a retry) and its etag.
+        """
         conditional = self.bucket.capabilities.conditional_create
         try:
-            self.bucket.put(record.record_key, record.to_bytes(), content_type="application/json",
-                            if_none_match="*" if conditional else None)
-            return False
+            etag = self.bucket.put(record.record_key, record.to_bytes(), content_type="application/json",
+                                   if_none_match="*" if conditional else None)
+            return False, etag
         except AlreadyExists:
+            try:
+                etag = self.bucket.head(record.record_key).etag
+            except NotFound:
+                etag = None
             found = self._read(record.record_key)
             if found is None:  # published and deleted meanwhile: record it again
                 return self._write_record(record)
@@ -195,7 +206,25 @@ class Outbox:
                     f"outbox idempotency key {record.idempotency_key!r} was used for another write "
                     f"({found.key!r}, {found.size} bytes, or another event); give each write its own key"
                 ) from None
-            return True
+            return True, etag
+
+    def _mark_committed(self, record: OutboxRecord, record_etag: str | None) -> None:
+        """Mark the record: its object is committed (so a later overwrite of the key cannot hide that).
+
+        Compare-and-swap on the record's etag: a record the relay already
+        published and deleted (or changed) is left alone, never recreated.
+        Where the provider has no compare-and-swap the mark is skipped, and
+        the relay goes by the object's tag alone.
+        """
+        if record_etag is None or not self.bucket.capabilities.conditional_update:
+            return
+        marked = OutboxRecord(record.key, record.idempotency_key, record.size, record.sha256, record.event,
+                              record.attributes, record.event_key, record.created, True, record.record_key)
+        try:
+            self.bucket.put(record.record_key, marked.to_bytes(), content_type="application/json",
+                            if_match=record_etag)
+        except (PreconditionFailed, NotFound):
+            pass  # the relay got there first: the event is published (or about to be)
 
     def _read(self, record_key: str) -> OutboxRecord | None:
         try:
@@ -212,7 +241,8 @@ class Outbox:
                 yield found
 
     def _committed(self, record: OutboxRecord) -> bool | None:
-        """True: the object is this write's; False: another write's; None: no object under the key."""
+        """For a record not marked committed: True if the object under its key is this write's (the
+        writer crashed between its object and its mark), False if another write's, None if there is none."""
         try:
             info = self.bucket.head(record.key)
         except NotFound:
@@ -249,7 +279,7 @@ class Outbox:
         now = time.time()
         for record in self.pending():
             try:
-                committed = self._committed(record)
+                committed = True if record.committed else self._committed(record)
                 stale = abandon_after is not None and now - record.created > abandon_after
                 if committed is None and stale:
                     self.bucket.delete(record.record_key)

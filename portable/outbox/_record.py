@@ -72,6 +72,8 @@ class OutboxRecord:
         attributes: the message attributes.
         event_key: the message's ordering key, or None.
         created: when the record was written (seconds since the epoch, the writer's clock).
+        committed: the writer saw its object committed and marked the record so (the relay then
+            publishes it whatever the key holds now: a later write may have replaced the object).
         record_key: where the record is stored (under the outbox prefix).
     """
 
@@ -83,6 +85,7 @@ class OutboxRecord:
     attributes: Mapping[str, str] = field(default_factory=dict)
     event_key: str | None = None
     created: float = field(default_factory=time.time)
+    committed: bool = False
     record_key: str = ""
 
     def same_write(self, other: OutboxRecord) -> bool:
@@ -96,6 +99,7 @@ class OutboxRecord:
             "v": 1, "key": self.key, "idempotency_key": self.idempotency_key, "size": self.size,
             "sha256": self.sha256, "event": base64.b64encode(self.event).decode(),
             "attributes": dict(self.attributes), "event_key": self.event_key, "created": self.created,
+            "committed": self.committed,
         }, sort_keys=True).encode()
 
     @classmethod
@@ -112,7 +116,8 @@ class OutboxRecord:
             return cls(
                 key=raw["key"], idempotency_key=raw["idempotency_key"], size=int(raw["size"]),
                 sha256=raw["sha256"], event=base64.b64decode(raw["event"]), attributes=dict(raw["attributes"]),
-                event_key=raw["event_key"], created=float(raw["created"]), record_key=record_key,
+                event_key=raw["event_key"], created=float(raw["created"]), committed=bool(raw["committed"]),
+                record_key=record_key,
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InvalidArgument(f"{record_key!r} is not an outbox record this version reads: {exc}") from exc

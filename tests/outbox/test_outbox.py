@@ -36,6 +36,12 @@ def drain(queue: str) -> list[Message]:
     return got
 
 
+def unmark(bucket: Bucket, outbox: Outbox) -> None:
+    """Rewrite the one record as a writer killed before its mark leaves it (not committed)."""
+    [record] = outbox.pending()
+    bucket.put(record.record_key, record.to_bytes().replace(b'"committed": true', b'"committed": false'))
+
+
 def test_put_then_relay_publishes_once_with_the_key_and_removes_the_record(bucket: Bucket, queue: str) -> None:
     outbox = Outbox(bucket)
     write = outbox.put("a/1", b"hello", event=b"e1", attributes={"kind": "made"}, event_key="a",
@@ -64,6 +70,7 @@ def test_the_default_event_names_the_object(bucket: Bucket, queue: str) -> None:
 def test_crash_after_the_record_before_the_object_waits_then_the_retry_finishes(bucket: Bucket, queue: str) -> None:
     outbox = Outbox(bucket)
     write = outbox.put("k", b"v1")
+    unmark(bucket, outbox)
     bucket.delete("k")  # the state a writer killed between its record and its object leaves
     topic = open_topic(queue)
     assert outbox.relay_once(topic).waiting == 1 and drain(queue) == []
@@ -75,6 +82,7 @@ def test_crash_after_the_record_before_the_object_waits_then_the_retry_finishes(
 def test_a_writer_that_never_returns_is_abandoned_only_when_asked(bucket: Bucket, queue: str) -> None:
     outbox = Outbox(bucket)
     outbox.put("k", b"v1")
+    unmark(bucket, outbox)
     bucket.delete("k")
     topic = open_topic(queue)
     assert outbox.relay_once(topic, abandon_after=3600).waiting == 1
@@ -82,10 +90,31 @@ def test_a_writer_that_never_returns_is_abandoned_only_when_asked(bucket: Bucket
     assert list(outbox.pending()) == [] and drain(queue) == []
 
 
+def test_a_committed_write_is_published_even_after_its_key_was_overwritten(bucket: Bucket, queue: str) -> None:
+    outbox = Outbox(bucket)
+    first = outbox.put("k", b"v1", event=b"first")
+    [record] = outbox.pending()
+    assert record.committed
+    outbox.put("k", b"v2", event=b"second")  # the relay was down meanwhile
+    assert outbox.relay_once(open_topic(queue)).published == 2
+    bodies = sorted(m.body for m in drain(queue))
+    assert bodies == [b"first", b"second"] and first.idempotency_key
+
+
+def test_a_crash_before_the_mark_is_recognised_by_the_object_tag(bucket: Bucket, queue: str) -> None:
+    outbox = Outbox(bucket)
+    outbox.put("k", b"v1")
+    unmark(bucket, outbox)  # the record as a writer killed after its object left it
+    [record] = outbox.pending()
+    assert not record.committed
+    assert outbox.relay_once(open_topic(queue)).published == 1
+
+
 def test_a_record_whose_key_holds_another_write_waits_then_is_published_as_uncertain(bucket: Bucket, queue: str) -> None:
     outbox = Outbox(bucket)
     outbox.put("k", b"v1")
-    bucket.put("k", b"someone else")  # overwritten without the outbox: the tag is gone
+    unmark(bucket, outbox)
+    bucket.put("k", b"someone else")  # killed before its mark, then overwritten: whether it committed is unknown
     topic = open_topic(queue)
     assert outbox.relay_once(topic).waiting == 1
     assert outbox.relay_once(topic, abandon_after=0).uncertain == 1
