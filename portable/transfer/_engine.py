@@ -224,8 +224,14 @@ def transfer_one(src: Bucket, dst: Bucket, key: str, s: ObjectInfo | None, d: Ob
             return ObjectResult(key, "copied", size, reason)
         try:
             how = verify_copy(dst, key, digest, etag)
-        except ChecksumMismatch:
-            dst.delete(key)  # a rerun must not take the bad copy for a good one
+        except ChecksumMismatch as bad:
+            try:
+                dst.delete(key)  # a rerun must not take the bad copy for a good one
+            except PortableError as exc:
+                raise ChecksumMismatch(
+                    f"{bad.message}; deleting the bad copy failed too ({exc.message}): delete it, or rerun "
+                    'with checksum="full"', provider=bad.provider,
+                ) from exc
             raise
         return ObjectResult(key, "copied", size, reason, how)
     except PortableError as exc:
