@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..driver.storage import check_key
 from ..errors import InvalidArgument
 from ..storage import DEFAULT_PART_SIZE, Bucket, open_bucket
 from ._engine import DEFAULT_CONCURRENCY, Checksum, check_plan, merged, run_transfer
@@ -72,10 +73,11 @@ def _bucket(side: str, value: object) -> tuple[Bucket, bool]:
 def _key_list(keys: object) -> list[str]:
     if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
         raise InvalidArgument(f"keys must be an iterable of str keys (a list), got {type(keys).__name__}")
-    out = list(keys)
+    out = list(dict.fromkeys(keys))  # a key named twice is copied once
     for key in out:
         if type(key) is not str:
             raise InvalidArgument(f"keys must hold str keys, got {type(key).__name__}")
+        check_key(key)
     return out
 
 
@@ -132,7 +134,8 @@ def copy(
 
     Args:
         src, dst: Buckets, or bucket URLs (opened here and closed after).
-        keys: the source keys to copy; a key missing from the source is a
+        keys: the source keys to copy (each checked first: InvalidKey; one
+            named twice is copied once); a key missing from the source is a
             failed result (NotFound). Defaults to every key under ``prefix``.
         prefix: copy the keys under this prefix (listed in lexical order).
             Not with ``keys``.

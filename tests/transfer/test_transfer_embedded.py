@@ -111,7 +111,8 @@ def test_delete_removes_only_what_the_source_lacks_under_the_prefix(src: Bucket,
 
 def test_copy_named_keys_reports_a_missing_one_as_failed_with_not_found(src: Bucket, dst: Bucket) -> None:
     fill(src, 3)
-    report = copy(src, dst, keys=["d/000.bin", "d/nope"])
+    report = copy(src, dst, keys=["d/000.bin", "d/nope", "d/000.bin"])
+    assert len(report.results) == 2
     by = report.by_key()
     assert by["d/000.bin"].status == "copied"
     assert by["d/nope"].status == "failed" and isinstance(by["d/nope"].error, NotFound)
@@ -185,6 +186,7 @@ def test_urls_work_as_well_as_buckets(tmp_path: Path) -> None:
         ({"keys": "d/000.bin"}, "keys must be an iterable"),
         ({"keys": ["a"], "prefix": "d/"}, "not both"),
         ({"progress": 3}, "progress must be"),
+        ({"keys": ["ok", "bad//key"]}, "empty, '.' or '..' segment"),
     ],
 )
 def test_bad_arguments_are_refused_before_any_request(src: Bucket, dst: Bucket, kwargs: dict[str, object], says: str) -> None:
