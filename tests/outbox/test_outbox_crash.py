@@ -112,7 +112,7 @@ def test_outbox_survives_killed_writers_and_relays(tmp_path: Path) -> None:
     next_i, resumed, writer_killed = 0, 0, 0
     while next_i < N:
         left = N - next_i
-        after = 1 + rng.randint(0, max(0, left // 3)) if writer_killed < WRITER_KILLS else None
+        after = 1 + rng.randint(0, max(0, left // 10)) if writer_killed < WRITER_KILLS else None
         writer = Run(["write", bucket_url, str(next_i), str(N)], after, rng.uniform(0.0, 0.004))
         writer_killed += writer.finish()
         done = [int(str(x["done"])) for x in writer.lines if "done" in x]
