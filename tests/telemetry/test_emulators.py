@@ -275,13 +275,12 @@ def destination(span: Any) -> str:
 def test_publish_receive_ack_on_the_emulator_are_messaging_spans(
     otel: Telemetry, kind: str, request: pytest.FixtureRequest, unique_name: str
 ) -> None:
-    with queue_url(kind, request, unique_name) as url:
-        with open_topic(url) as topic, open_subscription(url) as sub:
-            otel.clear()
-            message_id = topic.publish(b"payload-1")
-            got = poll(sub, 1, timeout=30)
-            assert [m.body for m in got] == [b"payload-1"]
-            got[0].ack()
+    with queue_url(kind, request, unique_name) as url, open_topic(url) as topic, open_subscription(url) as sub:
+        otel.clear()
+        message_id = topic.publish(b"payload-1")
+        got = poll(sub, 1, timeout=30)
+        assert [m.body for m in got] == [b"payload-1"]
+        got[0].ack()
     spans = otel.spans()
     by_type: dict[str, list[Any]] = {}
     for span in spans:
