@@ -197,7 +197,7 @@ def received_bytes(result: Any) -> int:
 class _Scope:
     """One observed call: its span (if tracing) and what its metrics need."""
 
-    __slots__ = ("attempts", "info", "observer", "shape", "span", "started", "token")
+    __slots__ = ("info", "observer", "retries", "sent", "shape", "span", "started", "token")
 
     def __init__(self, observer: OtelObserver, info: CallInfo, shape: _Shape, span: Any, token: Any) -> None:
         self.observer = observer
@@ -205,13 +205,15 @@ class _Scope:
         self.shape = shape
         self.span = span
         self.token = token
-        self.attempts = 1
+        self.sent = 1  # attempts sent to the provider (the first, unless a breaker refuses it)
+        self.retries = 0
         self.started = time.perf_counter()
 
     def attempt_failed(self, attempt: int, exc: BaseException, retry_in: float | None) -> None:
         if retry_in is None:
             return  # the call's end reports it
-        self.attempts = attempt + 1
+        self.retries += 1
+        self.sent = attempt + 1
         kind = error_type(exc)
         if self.span is not None:
             self.span.add_event(
@@ -224,6 +226,8 @@ class _Scope:
 
     def rejected(self, exc: BaseException) -> None:
         breaker = getattr(exc, "breaker", None)
+        if breaker:
+            self.sent -= 1  # the attempt it refused was never sent
         if self.span is not None:
             if breaker:
                 self.span.add_event("breaker.rejected", {"portable.breaker.name": str(breaker)})
@@ -241,8 +245,8 @@ class _Scope:
         span = self.span
         if span is not None:
             try:
-                if self.attempts > 1:
-                    span.set_attribute("portable.retry.count", self.attempts - 1)
+                if self.retries:
+                    span.set_attribute("portable.retry.count", self.retries)
                 if shape.messaging_type is not None:
                     _messaging_result(span, info, result)
                 if kind is not None:
@@ -262,7 +266,8 @@ class _Scope:
             if kind is not None:
                 attrs["error.type"] = kind
             instruments.duration.record(elapsed, attrs)
-            instruments.requests.add(self.attempts, attrs)
+            if self.sent > 0:
+                instruments.requests.add(self.sent, attrs)
             sent = sent_bytes(info.args)
             if sent:
                 instruments.io.add(sent, {**shape.metric_attributes, "network.io.direction": "transmit"})

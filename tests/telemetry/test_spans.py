@@ -142,6 +142,28 @@ def test_an_open_breaker_refuses_with_a_breaker_rejected_event(otel: Telemetry) 
     assert attrs(span)["error.type"] == "CircuitOpen"
     assert span.status.status_code is StatusCode.ERROR
     assert otel.total("portable.client.rejections", portable__rejected_by="breaker") == 1
+    assert otel.points("portable.client.requests") == []  # the refused call sent nothing
+    assert otel.total("portable.client.operation.duration", portable__outcome="error") == 1
+
+
+def test_a_spent_retry_budget_is_a_retry_budget_exhausted_event(otel: Telemetry) -> None:
+    from portable.resilience import RetryBudget
+
+    policy = ResiliencePolicy(
+        retry=RetryPolicy(max_attempts=5, initial_backoff=0.001, max_backoff=0.002),
+        breaker=None,
+        retry_budget=RetryBudget(ratio=0, min_per_second=0, max_tokens=1),
+    )
+    with open_bucket("chaos+mem://span-budget?error_rate=0", policy=policy) as bucket:
+        chaos_of(bucket).start_outage("unavailable")
+        with pytest.raises(Unavailable, match="retry budget"):
+            bucket.get("k")
+    span = otel.span("get span-budget")
+    assert [e.name for e in span.events] == ["retry", "retry_budget.exhausted"]
+    assert span.events[1].attributes["error.type"] == "Unavailable"  # type: ignore[index]
+    assert attrs(span)["error.type"] == "Unavailable"
+    assert otel.total("portable.client.requests", portable__target="span-budget") == 2
+    assert otel.total("portable.client.rejections", portable__rejected_by="retry_budget") == 1
 
 
 def test_breaker_state_changes_are_counted(otel: Telemetry) -> None:
