@@ -94,7 +94,7 @@ def _server(endpoint: str) -> tuple[str, int | None] | None:
 class _Shape:
     """What every call of one (guard, operation) shares: span name, attributes, metric attributes."""
 
-    __slots__ = ("attributes", "keyed", "messaging_type", "metric_attributes", "name", "s3")
+    __slots__ = ("attributes", "keyed", "messaging_attributes", "messaging_type", "metric_attributes", "name", "s3")
 
     messaging_type: str | None
 
@@ -122,6 +122,7 @@ class _Shape:
         self.s3 = provider == "s3"
         self.keyed = domain == "storage" and op in _KEYED
         self.messaging_type = None
+        self.messaging_attributes: dict[str, Any] = {}
         if domain == "messaging" or info.op_class in MESSAGING_TYPES:
             self.messaging_type = MESSAGING_TYPES.get(info.op_class)
             op_name = "publish" if op == "publish_batch" else op
@@ -132,6 +133,11 @@ class _Shape:
             if target:
                 attributes["messaging.destination.name"] = target
             self.name = f"{op_name} {target}" if target else op_name
+            self.messaging_attributes = {
+                k: attributes[k]
+                for k in ("messaging.system", "messaging.destination.name", "messaging.operation.name")
+                if k in attributes
+            }
         else:
             if target and domain == "storage":
                 attributes["aws.s3.bucket" if self.s3 else "portable.storage.bucket"] = target
@@ -274,6 +280,23 @@ class _Scope:
             got = received_bytes(result) if error is None else 0
             if got:
                 instruments.io.add(got, {**shape.metric_attributes, "network.io.direction": "receive"})
+            if shape.messaging_type == "send":
+                count = _message_count(info)
+                if count:
+                    sent_attrs = dict(shape.messaging_attributes)
+                    if kind is not None:
+                        sent_attrs["error.type"] = kind
+                    instruments.sent_messages.add(count, sent_attrs)
+            elif shape.messaging_type == "receive" and error is None and isinstance(result, list) and result:
+                instruments.consumed_messages.add(len(result), shape.messaging_attributes)
+
+
+def _message_count(info: CallInfo) -> int:
+    """How many messages a publish call sends: one, or its batch's size."""
+    if info.operation != "publish_batch":
+        return 1
+    items = _batch(info.args[0]) if info.args else None
+    return 0 if items is None else len(items)
 
 
 def _messaging_result(span: Any, info: CallInfo, result: Any) -> None:

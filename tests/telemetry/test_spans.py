@@ -284,6 +284,11 @@ def test_publish_receive_ack_are_send_receive_settle_spans(otel: Telemetry, sche
     assert all(s.kind is SpanKind.CLIENT for s in otel.spans())
     assert otel.total("portable.client.io", network__io__direction="transmit", portable__target="span-orders") == 8
     assert otel.total("portable.client.io", network__io__direction="receive", portable__target="span-orders") == 8
+    sent = otel.points("messaging.client.sent.messages")
+    assert sum(v for _, v in sent) == 3
+    assert {a["messaging.destination.name"] for a, _ in sent} == {"span-orders"}
+    assert {a["messaging.system"] for a, _ in sent} == {system}
+    assert otel.total("messaging.client.consumed.messages", messaging__destination__name="span-orders") == 3
 
 
 def test_async_publish_and_receive_on_sqlite(otel: Telemetry, tmp_path: Path) -> None:
