@@ -80,7 +80,7 @@ def _server(endpoint: str) -> tuple[str, int | None] | None:
         default = 443 if scheme in ("https", "grpcs") else 80
     else:
         rest, default = endpoint, None
-    hostport = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    hostport = rest.split("/", 1)[0].rsplit("@", 1)[-1].split(",", 1)[0]  # a Kafka list: its first broker
     if not hostport or " " in hostport:
         return None
     host, sep, port = hostport.rpartition(":")

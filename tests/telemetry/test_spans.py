@@ -358,3 +358,25 @@ def test_launcher_calls_are_spans_submit_and_wait(otel: Telemetry, tmp_path: Pat
     wait = otel.spans("wait jobs")[-1]
     assert attrs(wait)["portable.compute.job.id"] == job.id
     assert attrs(otel.span("submit jobs"))["portable.op_class"] == "submit"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "server"),
+    [
+        ("https://s3.eu-west-1.amazonaws.com", ("s3.eu-west-1.amazonaws.com", 443)),
+        ("http://127.0.0.1:5000", ("127.0.0.1", 5000)),
+        ("http://[::1]:10000/devstoreaccount1/c", ("::1", 10000)),
+        ("chaos+http://127.0.0.1:9", ("127.0.0.1", 9)),
+        ("10.0.0.1:9092,10.0.0.2:9092", ("10.0.0.1", 9092)),
+        ("localhost:8085", ("localhost", 8085)),
+        ("pubsub.googleapis.com", ("pubsub.googleapis.com", None)),
+        ("mem://orders", None),
+        ("file:///tmp/x", None),
+        ("sqlite:///tmp/q.db", None),
+        ("", None),
+    ],
+)
+def test_server_address_and_port_of_an_endpoint(endpoint: str, server: tuple[str, int | None] | None) -> None:
+    from portable.telemetry._otel import _server
+
+    assert _server(endpoint) == server
