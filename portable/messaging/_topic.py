@@ -22,7 +22,7 @@ from ..driver.messaging import (
 from ..driver.redaction import redact
 from ..errors import InvalidArgument, PortableError, TooLarge
 from ..resilience import ResiliencePolicy
-from ..telemetry._propagation import message_context
+from ..telemetry._propagation import message_context, tracing
 from ._open import MessagingClient, Resolved
 from ._validation import as_body, attribute_text, check_attributes, check_token
 
@@ -146,7 +146,7 @@ class Topic(MessagingClient[TopicDriver]):
         ``traceparent`` / ``tracestate`` are added, unless ``attributes`` carry a
         ``traceparent`` of their own or ``traced`` is False.
         """
-        trace = self._trace(attributes) if traced else None
+        trace = self._trace(attributes) if traced and tracing() else None
         if trace is not None:
             return self._outgoing(body, key, attributes, idempotency_key, trace=trace)
         if type(body) is bytes and key is None and attributes is None and idempotency_key is None:
@@ -162,6 +162,8 @@ class Topic(MessagingClient[TopicDriver]):
         """The trace context to add to a message with ``attributes``, or None (off, no span, the caller's own)."""
         if not self._traces:
             return None
+        if attributes is None or type(attributes) is dict:
+            return message_context(attributes)  # type: ignore[arg-type]
         return message_context(attributes if isinstance(attributes, Mapping) else None)
 
     def publish_batch(self, messages: Iterable[bytes | OutgoingMessage]) -> list[str]:
@@ -192,7 +194,7 @@ class Topic(MessagingClient[TopicDriver]):
         # reads it (LazyOutgoingMessages), so a large batch does not hold one more live object per message:
         # the garbage collector's full passes cost in proportion to live objects.
         max_bytes = self._max_bytes
-        trace = self._trace(None)
+        trace = self._trace(None) if tracing() else None
         if trace is not None:
             return self._traced_chunks(messages, trace)
         items: list[bytes | OutgoingMessage] = [

@@ -103,23 +103,30 @@ def _load_metrics() -> Any:
 
 def tracing() -> bool:
     """Whether spans are recorded: opentelemetry-api is importable and a tracer provider is set."""
-    if _tracing_on:
-        return True
-    return _check_tracing()
+    return _tracing_on or _check_tracing()
 
 
 def _check_tracing() -> bool:
     global _tracing_on
-    api = _trace_api if _trace_api is not None else _load_trace()
+    api = _trace_api
+    if api is None:
+        api = _load_trace()
     if api is False:
         return False
-    provider = getattr(api, "_TRACER_PROVIDER", None)
-    if provider is None:  # not set yet (or an API without the global): ask the public way
+    # the API's global, read without a call: None until a provider is set (or first asked for
+    # through get_tracer_provider, which installs one named by OTEL_PYTHON_TRACER_PROVIDER)
+    provider = getattr(api, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is None:
+        return False
+    if provider is _UNKNOWN:  # an API without that global: ask the public way
         provider = api.get_tracer_provider()
     if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
         return False
     _tracing_on = True
     return True
+
+
+_UNKNOWN = object()
 
 
 def _metering() -> bool:
@@ -157,7 +164,7 @@ def message_context(attributes: Mapping[str, str] | None) -> dict[str, str] | No
     context is never overwritten). Else ``{"traceparent": ..., "tracestate": ...}``
     (``tracestate`` only when the span's is not empty).
     """
-    if not _tracing_on and not _check_tracing():
+    if not (_tracing_on or _check_tracing()):
         return None
     if attributes and any(name in attributes for name in _CARRIER_NAMES):
         return None
