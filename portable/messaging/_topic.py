@@ -163,7 +163,7 @@ class Topic(MessagingClient[TopicDriver]):
         if not self._traces:
             return None
         if attributes is None or type(attributes) is dict:
-            return message_context(attributes)  # type: ignore[arg-type]
+            return message_context(attributes)
         return message_context(attributes if isinstance(attributes, Mapping) else None)
 
     def publish_batch(self, messages: Iterable[bytes | OutgoingMessage]) -> list[str]:

@@ -248,13 +248,13 @@ def test_publish_outside_any_span_adds_no_attribute(spans: Telemetry, unique_nam
 def test_a_callers_own_traceparent_is_kept(spans: Telemetry, unique_name: str) -> None:
     own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     url = f"mem://{unique_name}"
-    with trace.get_tracer("t").start_as_current_span("producer") as producer:
-        with open_topic(url) as topic, open_subscription(url) as sub:
-            topic.publish(b"own", attributes={"traceparent": own})
-            topic.publish_batch([OutgoingMessage(b"own-batch", {"traceparent": own}), b"plain"])
-            topic.publish_event(CloudEvent(source="/t", type="t.t", id="1", extensions={"traceparent": own}))
-            topic.publish_event(CloudEvent(source="/t", type="t.t", id="2"), mode="structured")
-            got = {m.body: dict(m.attributes) for m in poll(sub, 5, 5)}
+    tracer = trace.get_tracer("t")
+    with tracer.start_as_current_span("producer") as producer, open_topic(url) as topic, open_subscription(url) as sub:
+        topic.publish(b"own", attributes={"traceparent": own})
+        topic.publish_batch([OutgoingMessage(b"own-batch", {"traceparent": own}), b"plain"])
+        topic.publish_event(CloudEvent(source="/t", type="t.t", id="1", extensions={"traceparent": own}))
+        topic.publish_event(CloudEvent(source="/t", type="t.t", id="2"), mode="structured")
+        got = {m.body: dict(m.attributes) for m in poll(sub, 5, 5)}
     mine = traceparent(producer.get_span_context())
     assert got[b"own"]["traceparent"] == own
     assert got[b"own-batch"]["traceparent"] == own
@@ -266,28 +266,35 @@ def test_a_callers_own_traceparent_is_kept(spans: Telemetry, unique_name: str) -
 
 
 def test_tracestate_travels_with_traceparent(spans: Telemetry, unique_name: str) -> None:
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState, set_span_in_context
+    from opentelemetry.trace import (
+        NonRecordingSpan,
+        SpanContext,
+        TraceFlags,
+        TraceState,
+        set_span_in_context,
+    )
 
     parent = SpanContext(
         trace_id=0x0AF7651916CD43DD8448EB211C80319C, span_id=0xB7AD6B7169203331, is_remote=True,
         trace_flags=TraceFlags(1), trace_state=TraceState([("vendor", "v1")]),
     )  # fmt: skip
     url = f"mem://{unique_name}"
-    with trace.get_tracer("t").start_as_current_span("p", context=set_span_in_context(NonRecordingSpan(parent))):
-        with open_topic(url) as topic, open_subscription(url) as sub:
-            topic.publish(b"x")
-            (message,) = poll(sub, 1, 5)
+    remote = set_span_in_context(NonRecordingSpan(parent))
+    with trace.get_tracer("t").start_as_current_span("p", context=remote), open_topic(url) as topic:
+        topic.publish(b"x")
+    with open_subscription(url) as sub:
+        (message,) = poll(sub, 1, 5)
     assert message.attributes["tracestate"] == "vendor=v1"
     assert message.attributes["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
 
 
 def test_no_trace_context_where_the_message_has_no_room(spans: Telemetry, unique_name: str) -> None:
     url = f"mem://{unique_name}"
-    with trace.get_tracer("t").start_as_current_span("producer"):
-        with open_topic(url) as topic, open_subscription(url) as sub:
-            full = {f"a{i}": "v" for i in range(topic.capabilities.max_attributes)}
-            topic.publish(b"full", attributes=full)  # at the limit: published, without the context
-            (message,) = poll(sub, 1, 5)
+    with trace.get_tracer("t").start_as_current_span("producer"), open_topic(url) as topic:
+        full = {f"a{i}": "v" for i in range(topic.capabilities.max_attributes)}
+        topic.publish(b"full", attributes=full)  # at the limit: published, without the context
+    with open_subscription(url) as sub:
+        (message,) = poll(sub, 1, 5)
     assert dict(message.attributes) == full
 
 
@@ -412,7 +419,6 @@ def metric_count(otel: Telemetry, name: str, destination: str) -> int:
 # -- jobs --------------------------------------------------------------------------------------------
 def test_a_job_launched_in_a_span_sees_traceparent(spans: Telemetry, tmp_path: Path) -> None:
     from portable.compute import JobSpec, open_launcher
-
     from tests.compute.conftest import stop_supervisor
 
     root = tmp_path / "jobs"
