@@ -53,6 +53,10 @@ class Topic(MessagingClient[TopicDriver]):
         self._traces = self.capabilities.max_attributes > 0 and not (
             self.provider == "azqueue" and "envelope=never" in url.partition("?")[2].split("&")
         )
+        # azqueue:// carries attributes in portable's envelope only: a message that would go bare
+        # (no attributes, key or idempotency key) stays bare, so native readers of bare bodies
+        # read what they read without tracing; it goes without the trace context
+        self._bare_stays_bare = self.provider == "azqueue"
 
     def _outgoing(
         self,
@@ -147,7 +151,7 @@ class Topic(MessagingClient[TopicDriver]):
         ``traceparent`` of their own or ``traced`` is False.
         """
         trace = self._trace(attributes) if traced and tracing() else None
-        if trace is not None:
+        if trace is not None and not self._goes_bare(key, attributes, idempotency_key):
             return self._outgoing(body, key, attributes, idempotency_key, trace=trace)
         if type(body) is bytes and key is None and attributes is None and idempotency_key is None:
             if len(body) > self._max_bytes:
@@ -157,6 +161,10 @@ class Topic(MessagingClient[TopicDriver]):
                 )
             return OutgoingMessage(body)
         return self._outgoing(body, key, attributes, idempotency_key)
+
+    def _goes_bare(self, key: object, attributes: object, idempotency_key: object) -> bool:
+        """Whether a message with these fields travels as a bare body (so it gets no trace context)."""
+        return self._bare_stays_bare and key is None and not attributes and idempotency_key is None
 
     def _trace(self, attributes: object) -> dict[str, str] | None:
         """The trace context to add to a message with ``attributes``, or None (off, no span, the caller's own)."""
@@ -215,10 +223,12 @@ class Topic(MessagingClient[TopicDriver]):
         items: list[bytes | OutgoingMessage] = []
         for m in messages:
             if not isinstance(m, OutgoingMessage):
-                items.append(self._outgoing(m, None, None, None, trace=trace))
+                items.append(self._outgoing(m, None, None, None, trace=None if self._bare_stays_bare else trace))
                 continue
             own = m.attributes or None
             mine = trace if own is None else self._trace(own)  # None: the item has a traceparent of its own
+            if self._goes_bare(m.key, own, m.idempotency_key):
+                mine = None
             items.append(self._outgoing(m.body, m.key, own, m.idempotency_key, trace=mine))
         size = self.capabilities.max_batch
         return [LazyOutgoingMessages(items[start : start + size]) for start in range(0, len(items), size)]

@@ -442,3 +442,29 @@ def test_a_job_launched_in_a_span_sees_traceparent(spans: Telemetry, tmp_path: P
     assert outputs[traced.id] == {"TRACEPARENT": traceparent(context), "TRACESTATE": None}
     assert outputs[own.id] == {"TRACEPARENT": "mine", "TRACESTATE": None}
     assert outputs[untraced.id] == {"TRACEPARENT": None, "TRACESTATE": None}
+
+
+def test_azure_queue_bare_bodies_stay_bare_and_the_envelope_carries_the_context(
+    azurite: Any, unique_name: str, monkeypatch: pytest.MonkeyPatch, spans: Telemetry
+) -> None:
+    """What a native Azure Storage Queue reader sees: a bare body stays bare; portable's envelope holds the context."""
+    import base64
+
+    from azure.storage.queue import QueueClient
+
+    monkeypatch.setenv("PT_PROPAGATION_AZURITE_KEY", azurite.endpoints["account_key"])
+    query = f"queue_endpoint={azurite.endpoints['queue_endpoint']}&account_key_env=PT_PROPAGATION_AZURITE_KEY"
+    client = QueueClient.from_connection_string(azurite.endpoints["connection_string"], unique_name)
+    client.create_queue()
+    try:
+        url = f"azqueue://{azurite.endpoints['account_name']}/{unique_name}?{query}"
+        with trace.get_tracer("t").start_as_current_span("producer") as producer, open_topic(url) as topic:
+            topic.publish(b"bare")
+            topic.publish(b"wrapped", attributes={"kind": "test"})
+        texts = [base64.b64decode(m.content) for m in client.peek_messages(max_messages=2)]
+    finally:
+        client.delete_queue()
+    assert texts[0] == b"bare"
+    header = texts[1].split(b"\n")[1]
+    assert texts[1].startswith(b"portable/1 sha256=") and texts[1].endswith(b"\nwrapped")
+    assert json.loads(header)["a"] == {"kind": "test", "traceparent": traceparent(producer.get_span_context())}
