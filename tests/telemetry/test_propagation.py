@@ -255,6 +255,26 @@ def test_no_trace_context_where_the_message_has_no_room(otel: Any, unique_name: 
     assert dict(message.attributes) == full
 
 
+def test_uninstrumented_nothing_is_added_and_no_span_is_made(otel: Any, unique_name: str) -> None:
+    import portable.telemetry
+
+    url = f"mem://{unique_name}"
+    portable.telemetry.uninstrument()
+    try:
+        with trace.get_tracer("t").start_as_current_span("producer"), open_topic(url) as topic:
+            topic.publish(b"a")
+            topic.publish_batch([b"b"])
+        with open_subscription(url, lease=5) as sub:
+            stop = threading.Event()
+            sub.run(lambda m: stop.set(), stop_event=stop, handle_signals=False, max_deliveries=None, poll=0.1)
+            stop.clear()
+            got = poll(sub, 1, 5)
+    finally:
+        portable.telemetry.instrument()
+    assert [dict(m.attributes) for m in got] == [{}]
+    assert otel.names() == ["producer"]
+
+
 def test_without_a_tracer_provider_nothing_is_added(tmp_path: Path) -> None:
     """A fresh process with the API installed but no provider (and one without the API at all)."""
     code = """
