@@ -482,3 +482,23 @@ def test_the_context_is_written_as_the_w3c_propagator_writes_it(otel: Any) -> No
             assert job_environment({}) == {name.upper(): value for name, value in expected.items()}
             assert message_context({"traceparent": "00-mine"}) is None
             assert job_environment({"TRACESTATE": "mine"}) is None
+
+
+@pytest.mark.parametrize("queue_url", ["sqs"], indirect=True)
+def test_a_native_sqs_reader_sees_string_message_attributes(queue_url: str, otel: Any) -> None:
+    """What boto3's receive_message answers for a message portable published in a span."""
+    from botocore.client import BaseClient
+
+    tracer = trace.get_tracer("t")
+    with tracer.start_as_current_span("producer") as producer, open_topic(queue_url, profile=profile(queue_url)) as topic:
+        topic.publish(b"native", attributes={"kind": "test"})
+        driver: Any = topic._driver
+        raw = topic.as_(BaseClient).receive_message(
+            QueueUrl=driver.queue_url, WaitTimeSeconds=2, MessageAttributeNames=["All"]
+        )
+    (message,) = raw["Messages"]
+    attributes = message["MessageAttributes"]
+    assert message["Body"] == "native"
+    assert attributes["kind"] == {"DataType": "String", "StringValue": "test"}
+    assert attributes["traceparent"]["DataType"] == "String"
+    assert attributes["traceparent"]["StringValue"].startswith(f"00-{producer.get_span_context().trace_id:032x}-")
