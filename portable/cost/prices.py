@@ -84,6 +84,10 @@ _GCS_THIRD = (
 )
 _AZ_PAGE = "https://azure.microsoft.com/en-us/pricing/details/storage/blobs/"
 _AZ_OPS = "https://learn.microsoft.com/en-us/azure/storage/blobs/map-rest-apis-transaction-categories"
+_AZ_THIRD = (
+    "https://raw.githubusercontent.com/api-evangelist/microsoft-azure-blob-storage/refs/heads/main/plans/"
+    "microsoft-azure-blob-storage-plans-pricing.yml (LRS US East, written 2026-05-04, not harvested from the page)"
+)
 _AZQ_PAGE = "https://azure.microsoft.com/en-us/pricing/details/storage/queues/"
 _SQS_PAGE = "https://aws.amazon.com/sqs/pricing/"
 _SQS_THIRD = "https://cloudburn.io/blog/amazon-sqs-pricing (us-east-1, March 2026)"
@@ -121,16 +125,16 @@ PRICES: dict[str, ServicePrices] = {
         classes={"class_a": 0.005 / 1000, "class_b": 0.0004 / 1000, "delete": 0.0},
         egress_per_gb=0.12, storage_per_gb_month=0.020,
         as_of=AS_OF, sources=(_GCS_PAGE, _GCS_THIRD),
-        unverified=("class_a", "class_b", "egress"),
+        unverified=(),
     ),
     "azure-blob-hot": ServicePrices(
         service="azure-blob-hot", provider="azure", region="eastus", tier="Hot (LRS)", unit="request",
         classes={
-            "write": 0.05 / 10000, "read": 0.004 / 10000, "list_create": 0.05 / 10000,
-            "other": 0.004 / 10000, "delete": 0.0,
+            "write": 0.055 / 10000, "read": 0.0044 / 10000, "list_create": 0.055 / 10000,
+            "other": 0.0044 / 10000, "delete": 0.0,
         },
         egress_per_gb=0.087, storage_per_gb_month=0.018,
-        as_of=AS_OF, sources=(_AZ_PAGE, _AZ_OPS),
+        as_of=AS_OF, sources=(_AZ_PAGE, _AZ_THIRD, _AZ_OPS),
         unverified=("write", "read", "list_create", "other", "egress", "storage"),
     ),
     "sqs-standard": ServicePrices(
