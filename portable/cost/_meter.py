@@ -78,9 +78,13 @@ class CostMeter:
         settings: the service, egress and price settings. Defaults to the ``[cost]``
             table of portable.toml (:func:`load_cost_settings`), else the defaults.
         export: export OpenTelemetry metrics when a meter provider is set. Defaults to True.
+        meter_provider: the OpenTelemetry meter provider to export to. Defaults to the global
+            one, looked up now: a meter made before the provider was set exports nothing.
     """
 
-    def __init__(self, settings: CostSettings | None = None, *, export: bool = True) -> None:
+    def __init__(
+        self, settings: CostSettings | None = None, *, export: bool = True, meter_provider: Any = None
+    ) -> None:
         self.settings = settings if settings is not None else load_cost_settings()
         self._lock = threading.Lock()
         self._requests: dict[tuple[str, str, str, str], list[float]] = {}
@@ -92,7 +96,7 @@ class CostMeter:
         if export:
             from ._otel import CostInstruments
 
-            self._export = CostInstruments.if_provider_set()
+            self._export = CostInstruments.if_provider_set(meter_provider)
 
     # -- registering ------------------------------------------------------
     def install(self) -> CostMeter:
