@@ -51,8 +51,8 @@ class CostInstruments:
             return None
         if provider is None:
             provider = metrics.get_meter_provider()
-            if isinstance(provider, metrics.NoOpMeterProvider) or type(provider).__name__.startswith("_Proxy"):
-                return None
+        if isinstance(provider, metrics.NoOpMeterProvider) or type(provider).__name__.startswith("_Proxy"):
+            return None
         from .. import __version__
 
         return cls(provider.get_meter("portable.cost", __version__))
