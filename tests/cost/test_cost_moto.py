@@ -107,12 +107,13 @@ def _policy() -> ResiliencePolicy:
     return ResiliencePolicy(retry=RetryPolicy(max_attempts=4, initial_backoff=0.01, max_backoff=0.05))
 
 
-def test_s3_requests_equal_what_moto_served(moto: dict[str, str], proxy: CountingProxy) -> None:
+@pytest.mark.parametrize("engine", ["fsspec", "obstore"])
+def test_s3_requests_equal_what_moto_served(moto: dict[str, str], proxy: CountingProxy, engine: str) -> None:
     from portable.storage import open_bucket
 
     name = f"pt-cost-{uuid.uuid4().hex[:10]}"
     _client(moto, "s3").create_bucket(Bucket=name)
-    bucket = open_bucket(f"s3://{name}?engine=fsspec&region={moto['region']}&endpoint_url={proxy.url}", policy=_policy())
+    bucket = open_bucket(f"s3://{name}?engine={engine}&region={moto['region']}&endpoint_url={proxy.url}", policy=_policy())
     meter = _meter()
     proxy.reset()
     with Recording(moto["endpoint_url"]) as recording, meter:
@@ -145,6 +146,7 @@ def test_s3_requests_equal_what_moto_served(moto: dict[str, str], proxy: Countin
     assert counted == {"tier1": by_class["tier1"], "tier2": by_class["tier2"], "delete": by_class["delete"]}
     assert counted == {"tier1": 5 + 3 + 1 + 1 + 5 + 3, "tier2": 2 + 1 + 1 + 2, "delete": 1}
     assert usage.requests == len(seen)
+    assert {row.resource for row in usage.rows} == {name}  # counted per bucket
     assert usage.bytes_out() == 101 + 10 + 104
     report = meter.report()
     assert report.usd == pytest.approx(18 * 0.005 / 1000 + 6 * 0.0004 / 1000)
@@ -225,6 +227,7 @@ def test_sqs_requests_equal_what_moto_served(moto: dict[str, str], proxy: Counti
     assert len(recording.entries) == sum(1 for s in seen if not s.failed)
     assert actions["GetQueueUrl"] == 2 and actions["SendMessageBatch"] == 1 and actions["DeleteMessageBatch"] == 1
     assert usage.requests_of("request", service="sqs-standard") == len(seen)
+    assert {row.resource for row in usage.rows} == {queue}  # counted per queue
     assert usage.units_of("request", service="sqs-standard") == len(seen)  # every payload under 64 KiB
     assert meter.report().usd == pytest.approx(len(seen) * 0.40 / 1_000_000)
 
