@@ -66,6 +66,7 @@ FAMILIES: dict[str, str] = {
 }
 
 _SQS_CHUNK = 64 * 1024
+_MAX_STREAMS = 10_000  # streamed writes followed at once
 _SQS_BATCH_BYTES = 256 * 1024
 _PUBSUB_MIN = 1000
 _PUBSUB_OVERHEAD = 20  # the timestamp, per message (the page's "20 bytes for the timestamp")
@@ -193,6 +194,8 @@ def _storage(family: str, op: str, info: Any, result: Any, streams: dict[Any, St
     if op == "open_write":
         key = args[0] if args else ""
         part_size = args[2] if len(args) > 2 and isinstance(args[2], int) else 8 * 1024 * 1024
+        if len(streams) >= _MAX_STREAMS:  # writers that never committed (aborted): forget the oldest
+            del streams[next(iter(streams))]
         streams[(info.endpoint, _target(info), key)] = StreamState(part_size)
         return Counted(())
     if op == "write":

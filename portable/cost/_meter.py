@@ -57,8 +57,9 @@ class _Scope:
 
     def ended(self, error: BaseException | None, result: Any) -> None:
         if error is None:
-            counted = count_call(self.family, self.info, result, self.meter._streams)
-            self.meter._record(self, counted)
+            with self.meter._lock:
+                counted = count_call(self.family, self.info, result, self.meter._streams)
+                self.meter._record(self, counted)
 
 
 class CostMeter:
@@ -86,7 +87,7 @@ class CostMeter:
         self, settings: CostSettings | None = None, *, export: bool = True, meter_provider: Any = None
     ) -> None:
         self.settings = settings if settings is not None else load_cost_settings()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # ended() holds it while a stream's state moves
         self._requests: dict[tuple[str, str, str, str], list[float]] = {}
         self._bytes: dict[tuple[str, str], list[int]] = {}
         self._streams: dict[Any, StreamState] = {}
