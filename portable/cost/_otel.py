@@ -18,6 +18,7 @@ No ``portable.cost.*`` name is in the semantic conventions: the prefix is portab
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ._classes import Counted
@@ -43,16 +44,20 @@ class CostInstruments:
 
     @classmethod
     def if_provider_set(cls, provider: Any = None) -> CostInstruments | None:
-        """Instruments on ``provider`` (default: the global one), or None when OpenTelemetry is
-        absent or no real meter provider is set."""
-        try:
-            from opentelemetry import metrics
-        except ImportError:
-            return None
+        """Instruments on ``provider``, or on the global meter provider when a real one is set;
+        None when there is none, or when the program never imported opentelemetry (then no
+        provider can have been set: like :mod:`portable.telemetry`, the meter never imports it
+        first)."""
         if provider is None:
-            provider = metrics.get_meter_provider()
-        if isinstance(provider, metrics.NoOpMeterProvider) or type(provider).__name__.startswith("_Proxy"):
-            return None
+            if "opentelemetry" not in sys.modules:
+                return None
+            try:
+                from ..telemetry._otel import _real_meter_provider
+            except ImportError:
+                return None
+            provider = _real_meter_provider()
+            if provider is None:
+                return None
         from .. import __version__
 
         return cls(provider.get_meter("portable.cost", __version__))

@@ -335,3 +335,19 @@ def test_the_meter_registers_only_while_installed() -> None:
     with m:
         assert m in OBSERVERS
     assert m not in OBSERVERS
+
+
+def test_batch_calls_once_reported_count_one_request_per_item() -> None:
+    """How the meter counts a batch when the storage layer reports it (docs/cost.md: not yet seen)."""
+    m = meter()
+    items = [(f"k{i}", b"x" * 10) for i in range(5)]
+    call(m, "s3", "put_many", "put_many 5", (items, None), [(k, "etag") for k, _ in items])
+    call(m, "s3", "get_many", "get_many 3", (["a", "b", "c"],), [("a", b"12"), ("b", b"3"), ("c", RuntimeError())])
+    call(m, "s3", "copy_many", "copy_many 2", ([("a", "b"), ("c", "d")],), [])
+    call(m, "s3", "delete_many", "delete_many 2500", ([f"k{i}" for i in range(2500)],), [])
+    call(m, "az", "delete_many", "delete_many 3", (["a", "b", "c"],), [])
+    u = m.usage()
+    assert u.requests_of("tier1") == 5 + 2 and u.requests_of("tier2") == 3
+    assert u.requests_of("delete", service="s3-standard") == 3          # DeleteObjects: 1,000 keys each
+    assert u.requests_of("delete", service="azure-blob-hot") == 3       # one Delete Blob per key
+    assert u.bytes_in() == 50 and u.bytes_out() == 3

@@ -13,7 +13,6 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk.metrics", reason="the otel extra (opentelemetry-sdk) is not installed")
 
-from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -70,7 +69,11 @@ def test_requests_usd_and_bytes_are_exported_per_bucket_and_class() -> None:
     provider.shutdown()
 
 
-def test_no_real_provider_means_no_instruments() -> None:
-    assert CostInstruments.if_provider_set(NoOpMeterProvider()) is None
+def test_no_real_provider_means_no_instruments(monkeypatch: pytest.MonkeyPatch) -> None:
+    from portable.telemetry import _otel
+
+    monkeypatch.setattr(_otel, "_real_meter_provider", lambda: None)  # the global is the proxy
+    assert CostInstruments.if_provider_set() is None
+    assert CostMeter(CostSettings())._export is None
     meter = CostMeter(CostSettings(), export=False)
     assert meter._export is None
