@@ -30,7 +30,10 @@ publish                SQS: 1 request per 64 KiB of body and attributes; Pub/Sub
                        message's bytes, at least 1,000; Azure Queue: 1
 publish_batch          SQS: 1 SendMessageBatch per 10 messages or 256 KiB, each billed per
                        64 KiB; Pub/Sub: 1 request (>= 1,000 bytes); Azure Queue: 1 per message
-receive                1 (SQS: per 64 KiB received; Pub/Sub: the bytes, >= 1,000)
+receive                1 (SQS: per 64 KiB received; Pub/Sub: the bytes, >= 1,000); Azure
+                       Queue: 2 when fewer messages came than asked (the SDK asks again
+                       and gets an empty page); the polls of a wait on an empty queue
+                       are not seen (1 counted)
 ack, nack,             1 (Pub/Sub: no throughput charge)
 extend_lease
 ack_many               SQS: 1 per 10 handles; Pub/Sub: 1; Azure Queue: 1 per handle
@@ -286,8 +289,12 @@ def _azure_queue(op: str, info: Any, result: Any) -> Counted:
     if op == "publish":
         return Counted((Charge("operation", 1, 1),), message_bytes(args[0]) if args else 0)
     if op == "receive":
-        got = sum(message_bytes(m) for m in (result or ()))
-        return Counted((Charge("operation", 1, 1),), 0, got)
+        messages = list(result or ())
+        asked = args[0] if args and isinstance(args[0], int) else 32
+        # the SDK pages Get Messages until a page is empty or max_messages came: a short
+        # answer costs a second, empty Get Messages
+        n = 2 if 0 < len(messages) < asked else 1
+        return Counted((Charge("operation", n, n),), 0, sum(message_bytes(m) for m in messages))
     if op in ("ack", "ack_many"):
         n = (_length(args[0]) if args else 0) if op == "ack_many" else 1
         return Counted((Charge("delete", n, n),))

@@ -86,3 +86,51 @@ def test_azure_blob_requests_equal_what_azurite_served(proxied: tuple[CountingPr
     assert usage.requests == len(seen)
     assert counted == {"write": 3 + 1 + 4, "read": 1, "other": 1, "list_create": 2, "delete": 1}
     assert {row.resource for row in usage.rows} == {container}
+
+
+_KEY_ENV = "PORTABLE_TEST_COST_AZURE_KEY"
+
+
+def test_azure_queue_operations_equal_what_azurite_served(azurite: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from azure.storage.queue import QueueServiceClient
+
+    from portable.messaging import open_subscription, open_topic
+
+    endpoint = azurite.endpoints["queue_endpoint"].rstrip("/")
+    account = azurite.endpoints["account_name"]
+    origin = endpoint.rsplit("/", 1)[0] if endpoint.endswith("/" + account) else endpoint
+    proxy = CountingProxy(origin)
+    monkeypatch.setenv(_KEY_ENV, azurite.endpoints["account_key"])
+    queue = f"pt-cost-{uuid.uuid4().hex[:10]}"
+    service = QueueServiceClient.from_connection_string(azurite.endpoints["connection_string"])
+    service.create_queue(queue)
+    service.create_queue(f"{queue}-poison")
+    url = f"azqueue://{account}/{queue}?queue_endpoint={endpoint.replace(origin, proxy.url)}&account_key_env={_KEY_ENV}"
+    try:
+        topic, sub = open_topic(url), open_subscription(url)
+        meter = CostMeter(CostSettings(), export=False)
+        proxy.reset()
+        with meter:
+            topic.publish(b"one")
+            topic.publish_batch([b"two", b"three"])         # no batches on Azure Queue: two Put Message
+            got = []
+            while len(got) < 3:
+                batch = sub.receive(max_messages=10, wait=1)
+                assert batch, "the queue ran dry"
+                got += batch
+            got[0].ack()                                   # Delete Message
+            got[1].nack()                                  # Update Message
+            got[2].ack()
+        seen = proxy.snapshot()
+        usage = meter.usage()
+        assert usage.requests == len(seen), [(s.method, s.path, s.query) for s in seen]
+        assert usage.requests_of("delete", service="azure-queue") == sum(1 for s in seen if s.method == "DELETE")
+        assert {row.resource for row in usage.rows} == {queue}
+        # 3 Put Message; Get Messages twice (3 of 10 came: the SDK asked again); 2 Delete; 1 Update
+        assert usage.requests_of("operation") == 3 + 2 + 1 and usage.requests_of("delete") == 2
+        topic.close()
+        sub.close()
+    finally:
+        proxy.close()
+        for name in (queue, f"{queue}-poison"):
+            service.delete_queue(name)
