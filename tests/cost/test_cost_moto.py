@@ -247,3 +247,39 @@ def test_sqs_large_messages_are_billed_per_64_kib(moto: dict[str, str], proxy: C
     assert [_sqs_action(s) for s in proxy.snapshot()] == ["SendMessage"]
     assert usage.requests_of("request") == 1
     assert usage.units_of("request") == 3
+
+
+@pytest.mark.parametrize("engine", ["fsspec", "obstore"])
+def test_s3_async_face_is_counted_the_same(moto: dict[str, str], proxy: CountingProxy, engine: str) -> None:
+    import asyncio
+
+    import portable.aio
+
+    name = f"pt-cost-{uuid.uuid4().hex[:10]}"
+    _client(moto, "s3").create_bucket(Bucket=name)
+    meter = _meter()
+
+    async def run() -> None:
+        async with portable.aio.open_bucket(
+            f"s3://{name}?engine={engine}&region={moto['region']}&endpoint_url={proxy.url}", policy=_policy()
+        ) as bucket:
+            proxy.reset()
+            with meter:
+                for i in range(3):
+                    await bucket.put(f"a/{i}", b"x" * 10)                    # 3 PutObject
+                assert await bucket.get("a/1") == b"x" * 10                  # GetObject
+                assert (await bucket.head("a/2")).size == 10                 # HeadObject
+                assert len([e async for e in bucket.list("a/", page_size=2)]) == 3   # 2 pages
+                await bucket.delete("a/0")                                    # DeleteObject
+                async with bucket.open("big", "wb", part_size=5 * MiB) as f:  # create + 3 parts + complete
+                    for _ in range(11):
+                        await f.write(b"b" * MiB)
+                proxy.fail_next(lambda s: s.method == "GET" and s.path.endswith("/a/2"))
+                assert await bucket.get("a/2") == b"x" * 10                  # 503 + GetObject
+
+    asyncio.run(run())
+    seen = proxy.snapshot()
+    by_class = Counter(s3_class(s) for s in seen)
+    usage = meter.usage()
+    assert {c: usage.requests_of(c) for c in by_class} == dict(by_class), [(s.method, s.path, s.query) for s in seen]
+    assert dict(by_class) == {"tier1": 3 + 2 + 5, "tier2": 1 + 1 + 2, "delete": 1}
