@@ -91,6 +91,7 @@ class CostMeter:
         self._requests: dict[tuple[str, str, str, str], list[float]] = {}
         self._bytes: dict[tuple[str, str], list[int]] = {}
         self._streams: dict[Any, StreamState] = {}
+        self._services: dict[tuple[str, str], str] = {}  # (family, resource) -> its price-table entry
         self._started = time.time()
         self._remove: Callable[[], None] | None = None
         self._export: Any = None
@@ -124,8 +125,11 @@ class CostMeter:
         family = family_of(info.provider)
         if family is None:
             return None
-        resource = str(getattr(info, "target", "") or "") or info.endpoint
-        service = self.settings.service_for(family, resource).service
+        resource = info.target or info.endpoint
+        try:
+            service = self._services[(family, resource)]
+        except KeyError:
+            service = self._services[(family, resource)] = self.settings.service_for(family, resource).service
         return _Scope(self, info, family, resource, service)
 
     def _record(self, scope: _Scope, counted: Counted) -> None:
