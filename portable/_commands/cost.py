@@ -137,7 +137,7 @@ def _prices(args: argparse.Namespace) -> int:
             extra.append(f"storage ${p.storage_per_gb_month}/GiB-month")
         print(f"  {', '.join(extra)}")
         if p.unverified:
-            print(f"  not verified against the provider's page: {', '.join(p.unverified)}")
+            print(f"  not verified: {', '.join(p.unverified)}")
         for s in p.sources:
             print(f"  source: {s}")
     return 0

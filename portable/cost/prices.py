@@ -51,8 +51,9 @@ class ServicePrices:
         egress_per_gb: USD per GiB to the internet, first paid tier.
         as_of: when the figures were read.
         sources: the pages they come from.
-        unverified: the figures (class names, "egress", "storage") that no stored copy of the
-            provider's page confirmed; docs/cost.md lists them.
+        unverified: the figures (class names, "egress", "storage") that nothing found confirmed:
+            neither a stored copy of the provider's page, nor a dated transcription of it, nor a
+            third party quoting it; docs/cost.md says which source confirmed the others.
         storage_per_gb_month: USD per GiB-month stored (for projections that say a size).
     """
 
