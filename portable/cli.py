@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "portable._commands.jobs",
     "portable._commands.contract",
     "portable._commands.demo",
+    "portable._commands.cost",
 )
 
 _COPY_CHUNK = 8 * 1024 * 1024
