@@ -332,12 +332,10 @@ def _with_trace_context(spec: JobSpec) -> JobSpec:
     """``spec`` with ``TRACEPARENT`` (and ``TRACESTATE``) of the current span in its environment.
 
     Only with tracing on and a span current, and never over the spec's own
-    ``TRACEPARENT`` / ``TRACESTATE``. A spec with an idempotency key is left as it
-    is: its environment is part of :meth:`JobSpec.fingerprint`, so a resubmission
-    from another trace would conflict with the first submission.
+    ``TRACEPARENT`` / ``TRACESTATE``. :meth:`JobSpec.fingerprint` leaves both
+    out, so a spec with an idempotency key resubmitted from another trace is
+    still the same job (the first submission's context is the one it keeps).
     """
-    if spec.idempotency_key is not None:
-        return spec
     extra = job_environment(spec.env)
     if extra is None:
         return spec

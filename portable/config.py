@@ -222,11 +222,11 @@ def _read(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
     profiles = data.get("profiles", {})
-    unknown_top = set(data) - {"profiles"}
+    unknown_top = set(data) - {"profiles", "cost"}
     if unknown_top:
         raise ConfigError(
             f"{path}: unknown top-level key(s) {', '.join(sorted(unknown_top))}; "
-            "expected only [profiles.NAME] tables"
+            "expected only [profiles.NAME] tables and [cost]"
         )
     if not isinstance(profiles, dict):
         raise ConfigError(f"{path}: 'profiles' must be a table of [profiles.NAME]")

@@ -119,6 +119,11 @@ class Resources:
     spot: bool = False
 
 
+#: the job-environment variables that carry the launching trace's context (W3C Trace Context), not
+#: part of what a job is
+_TRACE_CONTEXT_ENV = frozenset({"TRACEPARENT", "TRACESTATE"})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """What to run. Every field but ``command`` has a default.
@@ -162,17 +167,20 @@ class JobSpec:
     checkpoint_url: str | None = None
 
     def fingerprint(self) -> str:
-        """A digest of everything that defines the job except its idempotency key.
+        """A digest of everything that defines the job except its idempotency key and trace context.
 
         Two submissions with one key and different fingerprints conflict.
-        Call it on a normalised spec (the Launcher passes drivers only those).
+        ``TRACEPARENT`` and ``TRACESTATE`` are left out: they say which trace
+        launched the job, not what it runs, so a resubmission from another
+        trace is the same job. Call it on a normalised spec (the Launcher
+        passes drivers only those).
         """
         res = self.resources if isinstance(self.resources, Resources) else Resources()
         body = {
             "command": list(self.command),
             "name": self.name,
             "image": self.image,
-            "env": dict(sorted(self.env.items())),
+            "env": {k: v for k, v in sorted(self.env.items()) if k not in _TRACE_CONTEXT_ENV},
             "workdir": self.workdir,
             # spot only when asked for, so every digest made before the field existed still holds
             "resources": [res.cpu, res.memory_mib, res.gpu, *(["spot"] if res.spot else [])],

@@ -54,6 +54,21 @@ def test_fingerprint_ignores_the_key_and_sees_the_rest() -> None:
     ).fingerprint()
 
 
+def test_fingerprint_leaves_out_the_launching_trace() -> None:
+    """TRACEPARENT/TRACESTATE say which trace launched a job, not what it runs: a resubmission from
+    another trace under the same idempotency key is the same job."""
+    bare = normalise_spec(JobSpec(command=["x"], env={"A": "1"}, idempotency_key="k"))
+    traced = normalise_spec(
+        JobSpec(
+            command=["x"],
+            env={"A": "1", "TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "TRACESTATE": "a=1"},
+            idempotency_key="k",
+        )
+    )
+    assert bare.fingerprint() == traced.fingerprint()
+    assert traced.fingerprint() != normalise_spec(JobSpec(command=["x"], env={"A": "2"}, idempotency_key="k")).fingerprint()
+
+
 @pytest.mark.parametrize("case", sorted(BAD_SPECS))
 def test_bad_specs(case: str) -> None:
     with pytest.raises(InvalidArgument) as err:

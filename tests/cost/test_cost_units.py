@@ -251,6 +251,23 @@ region = "us-west-2"
     assert rows[0].usd == pytest.approx(31e6 * 0.0000001)
 
 
+def test_a_cost_table_sits_beside_the_profiles_of_portable_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One portable.toml holds the profiles and [cost]: the profile loads, the meter reads its table."""
+    from portable.config import load_profile
+
+    path = _toml(tmp_path, """
+[profiles.dev]
+storage = "mem://dev"
+[cost]
+egress = "internet"
+""")
+    monkeypatch.setenv("PORTABLE_CONFIG", str(path))
+    assert load_profile("dev").storage == "mem://dev"
+    assert load_cost_settings().egress == "internet"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

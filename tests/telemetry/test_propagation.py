@@ -61,13 +61,23 @@ def _temporary(url: str, name: str) -> Iterator[str]:
 
 
 @pytest.fixture(params=PROVIDERS)
-def queue_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def queue_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[str]:
     provider = request.param
     if provider == "sqlite":
         yield f"sqlite://{tmp_path / 'queue.db'}?name={unique_name}"
     elif provider == "sqs":
         moto = request.getfixturevalue("moto_server")
-        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION"):
+        for name in (
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_DEFAULT_REGION",
+            "AWS_REGION",
+        ):
             monkeypatch.setenv(name, moto.env[name])
         for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
             monkeypatch.delenv(name, raising=False)
@@ -136,7 +146,8 @@ async def consume_one_async(url: str, seen: Seen) -> None:
             stop.set()
 
         await asyncio.wait_for(
-            sub.run(handler, stop_event=stop, handle_signals=False, max_deliveries=None, poll=1.0), 90
+            sub.run(handler, stop_event=stop, handle_signals=False, max_deliveries=None, poll=1.0),
+            90,
         )
 
 
@@ -168,7 +179,9 @@ def test_the_handlers_span_is_in_the_producers_trace(queue_url: str, face: str, 
         asyncio.run(consume_one_async(queue_url, seen))
 
     assert seen.attributes["kind"] == "test"
-    assert seen.context.trace_id == produced.trace_id, "the handler ran outside the producer's trace"
+    assert seen.context.trace_id == produced.trace_id, (
+        "the handler ran outside the producer's trace"
+    )
     handled = [s for s in process_spans(otel) if s.context.span_id == seen.context.span_id]
     sends = [s for s in otel.spans() if s.attributes.get("messaging.operation.type") == "send"]
     assert len(handled) == 1, "the handler did not run inside the loop's process span"
@@ -187,7 +200,9 @@ def test_the_handlers_span_is_in_the_producers_trace(queue_url: str, face: str, 
     }[queue_url.split(":", 1)[0]]  # fmt: skip
     acks = [e for e in span.events if e.name == "settle"]
     assert [e.attributes["messaging.operation.name"] for e in acks] == ["ack"]
-    if queue_url.startswith("kafka:"):  # what a native Kafka consumer sees: the W3C header by its own name
+    if queue_url.startswith(
+        "kafka:"
+    ):  # what a native Kafka consumer sees: the W3C header by its own name
         assert ("traceparent", seen.attributes["traceparent"].encode()) in seen.headers
 
 
@@ -199,26 +214,40 @@ def test_publish_outside_any_span_adds_no_attribute(otel: Any, unique_name: str)
         topic.publish(b"b", attributes={"x": "1"})
         topic.publish_batch([b"c", OutgoingMessage(b"d", {"y": "2"})])
         got = poll(sub, 4, 5)
-    assert sorted((dict(m.attributes) for m in got), key=str) == sorted([{}, {"x": "1"}, {}, {"y": "2"}], key=str)
+    assert sorted((dict(m.attributes) for m in got), key=str) == sorted(
+        [{}, {"x": "1"}, {}, {"y": "2"}], key=str
+    )
 
 
 def test_a_callers_own_traceparent_is_kept(otel: Any, unique_name: str) -> None:
     own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     url = f"mem://{unique_name}"
     tracer = trace.get_tracer("t")
-    with tracer.start_as_current_span("producer") as producer, open_topic(url) as topic, open_subscription(url) as sub:
+    with (
+        tracer.start_as_current_span("producer") as producer,
+        open_topic(url) as topic,
+        open_subscription(url) as sub,
+    ):
         topic.publish(b"own", attributes={"traceparent": own})
         topic.publish_batch([OutgoingMessage(b"own-batch", {"traceparent": own}), b"plain"])
-        topic.publish_event(CloudEvent(source="/t", type="t.t", id="1", extensions={"traceparent": own}))
+        topic.publish_event(
+            CloudEvent(source="/t", type="t.t", id="1", extensions={"traceparent": own})
+        )
         topic.publish_event(CloudEvent(source="/t", type="t.t", id="2"), mode="structured")
         got = {m.body: dict(m.attributes) for m in poll(sub, 5, 5)}
-    mine = f"{producer.get_span_context().trace_id:032x}"  # the send span's, in the producer's trace
+    mine = (
+        f"{producer.get_span_context().trace_id:032x}"  # the send span's, in the producer's trace
+    )
     assert got[b"own"]["traceparent"] == own
     assert got[b"own-batch"]["traceparent"] == own
     assert got[b"plain"]["traceparent"][3:35] == mine
     event = next(a for b, a in got.items() if a.get("ce_id") == "1")
-    assert event["ce_traceparent"] == own and "traceparent" not in event  # the event's extension is its context
-    structured = next(a for b, a in got.items() if b.startswith(b"{") and b'"id":"2"' in b.replace(b" ", b""))
+    assert (
+        event["ce_traceparent"] == own and "traceparent" not in event
+    )  # the event's extension is its context
+    structured = next(
+        a for b, a in got.items() if b.startswith(b"{") and b'"id":"2"' in b.replace(b" ", b"")
+    )
     assert structured["traceparent"][3:35] == mine
 
 
@@ -266,7 +295,13 @@ def test_uninstrumented_nothing_is_added_and_no_span_is_made(otel: Any, unique_n
             topic.publish_batch([b"b"])
         with open_subscription(url, lease=5) as sub:
             stop = threading.Event()
-            sub.run(lambda m: stop.set(), stop_event=stop, handle_signals=False, max_deliveries=None, poll=0.1)
+            sub.run(
+                lambda m: stop.set(),
+                stop_event=stop,
+                handle_signals=False,
+                max_deliveries=None,
+                poll=0.1,
+            )
             stop.clear()
             got = poll(sub, 1, 5)
     finally:
@@ -290,12 +325,20 @@ with open_topic("mem://q") as topic, open_subscription("mem://q") as sub:
 print("opentelemetry.sdk" in sys.modules)
 """
     for mode in ("no-provider", "absent"):
-        out = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=60, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code, mode],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         assert out.stdout.split("\n")[:2] == ["[\"['k']\", '[]']", "False"], out.stdout + out.stderr
 
 
 # -- the consumer loop: failures, skips, metrics ----------------------------------------------------
-def test_a_failed_handler_marks_its_span_and_the_nack_is_a_settle_event(otel: Any, unique_name: str) -> None:
+def test_a_failed_handler_marks_its_span_and_the_nack_is_a_settle_event(
+    otel: Any, unique_name: str
+) -> None:
     url = f"mem://{unique_name}"
     with trace.get_tracer("t").start_as_current_span("producer"), open_topic(url) as topic:
         topic.publish(b"boom")
@@ -309,14 +352,23 @@ def test_a_failed_handler_marks_its_span_and_the_nack_is_a_settle_event(otel: An
                 raise ValueError("first try fails")
             stop.set()
 
-        sub.run(handler, stop_event=stop, handle_signals=False, max_deliveries=None, backoff=0.01, poll=0.1)
+        sub.run(
+            handler,
+            stop_event=stop,
+            handle_signals=False,
+            max_deliveries=None,
+            backoff=0.01,
+            poll=0.1,
+        )
     first, second = sorted(process_spans(otel), key=lambda s: s.start_time)
     assert first.status.status_code == trace.StatusCode.ERROR
     assert first.attributes["error.type"] == "ValueError"
     assert [e.name for e in first.events] == ["exception", "settle"]
     assert first.events[1].attributes["messaging.operation.name"] == "nack"
     assert second.status.status_code != trace.StatusCode.ERROR
-    assert first.context.trace_id == second.context.trace_id  # both deliveries are in the producer's trace
+    assert (
+        first.context.trace_id == second.context.trace_id
+    )  # both deliveries are in the producer's trace
 
 
 def test_an_idempotency_skip_is_an_event(otel: Any, unique_name: str, tmp_path: Path) -> None:
@@ -326,7 +378,9 @@ def test_an_idempotency_skip_is_an_event(otel: Any, unique_name: str, tmp_path: 
     store = open_store(f"sqlite://{tmp_path / 'keys.db'}")
     with open_topic(url) as topic:
         # one key by an attribute (the key itself would make mem:// drop the repeat at publish)
-        topic.publish_batch([OutgoingMessage(b"once", {"k": "k1"}), OutgoingMessage(b"once", {"k": "k1"})])
+        topic.publish_batch(
+            [OutgoingMessage(b"once", {"k": "k1"}), OutgoingMessage(b"once", {"k": "k1"})]
+        )
     handled: list[bytes] = []
     with open_subscription(url, lease=5) as sub:
         stop = threading.Event()
@@ -346,11 +400,15 @@ def test_an_idempotency_skip_is_an_event(otel: Any, unique_name: str, tmp_path: 
         stop.set()
         runner.join(30)
     assert handled == [b"once"]
-    events = [[e.name for e in s.events] for s in sorted(process_spans(otel), key=lambda s: s.start_time)]
+    events = [
+        [e.name for e in s.events] for s in sorted(process_spans(otel), key=lambda s: s.start_time)
+    ]
     assert events == [["settle"], ["settle", "portable.idempotency"]]
 
 
-def test_the_loop_meters_in_flight_messages_and_processing_time(otel: Any, unique_name: str, tmp_path: Path) -> None:
+def test_the_loop_meters_in_flight_messages_and_processing_time(
+    otel: Any, unique_name: str, tmp_path: Path
+) -> None:
     url = f"sqlite://{tmp_path / 'queue.db'}?name={unique_name}"
     with open_topic(url) as topic:
         topic.publish_batch([b"1", b"2", b"3"])
@@ -373,7 +431,9 @@ def test_the_loop_meters_in_flight_messages_and_processing_time(otel: Any, uniqu
 
 def in_flight(otel: Any, destination: str) -> int:
     """The in-flight UpDownCounter now (cumulative: its last point)."""
-    points = otel.points("portable.messaging.consumer.in_flight", messaging__destination__name=destination)
+    points = otel.points(
+        "portable.messaging.consumer.in_flight", messaging__destination__name=destination
+    )
     return int(points[-1][1]) if points else 0
 
 
@@ -388,21 +448,45 @@ def test_a_job_launched_in_a_span_sees_traceparent(otel: Any, tmp_path: Path) ->
     try:
         with open_launcher(f"local://{root}?grace=0.2") as launcher:
             with trace.get_tracer("t").start_as_current_span("submitter") as submitter:
-                traced = launcher.submit(JobSpec(command=[sys.executable, "-c", code], name="traced"))
-                own = launcher.submit(
-                    JobSpec(command=[sys.executable, "-c", code], name="own", env={"TRACEPARENT": "mine"})
+                traced = launcher.submit(
+                    JobSpec(command=[sys.executable, "-c", code], name="traced")
                 )
-            untraced = launcher.submit(JobSpec(command=[sys.executable, "-c", code], name="untraced"))
+                own = launcher.submit(
+                    JobSpec(
+                        command=[sys.executable, "-c", code],
+                        name="own",
+                        env={"TRACEPARENT": "mine"},
+                    )
+                )
+                keyed = launcher.submit(
+                    JobSpec(
+                        command=[sys.executable, "-c", code], name="keyed", idempotency_key="k1"
+                    )
+                )
+            with trace.get_tracer("t").start_as_current_span("resubmitter"):
+                # the same key from another trace is the same job (the trace is not in its fingerprint)
+                again = launcher.submit(
+                    JobSpec(
+                        command=[sys.executable, "-c", code], name="keyed", idempotency_key="k1"
+                    )
+                )
+            untraced = launcher.submit(
+                JobSpec(command=[sys.executable, "-c", code], name="untraced")
+            )
             outputs = {}
-            for job in (traced, own, untraced):
+            for job in (traced, own, keyed, untraced):
                 job.wait(timeout=60)
-                outputs[job.id] = json.loads([line for line in job.logs() if line.startswith("{")][-1])
+                outputs[job.id] = json.loads(
+                    [line for line in job.logs() if line.startswith("{")][-1]
+                )
     finally:
         stop_supervisor(root)
     context = submitter.get_span_context()
     assert outputs[traced.id] == {"TRACEPARENT": traceparent(context), "TRACESTATE": None}
     assert outputs[own.id] == {"TRACEPARENT": "mine", "TRACESTATE": None}
     assert outputs[untraced.id] == {"TRACEPARENT": None, "TRACESTATE": None}
+    assert again.id == keyed.id
+    assert outputs[keyed.id] == {"TRACEPARENT": traceparent(context), "TRACESTATE": None}
 
 
 def test_azure_queue_bare_bodies_stay_bare_and_the_envelope_carries_the_context(
@@ -419,7 +503,10 @@ def test_azure_queue_bare_bodies_stay_bare_and_the_envelope_carries_the_context(
     client.create_queue()
     try:
         url = f"azqueue://{azurite.endpoints['account_name']}/{unique_name}?{query}"
-        with trace.get_tracer("t").start_as_current_span("producer") as producer, open_topic(url) as topic:
+        with (
+            trace.get_tracer("t").start_as_current_span("producer") as producer,
+            open_topic(url) as topic,
+        ):
             topic.publish(b"bare")
             topic.publish(b"wrapped", attributes={"kind": "test"})
         texts = [base64.b64decode(m.content) for m in client.peek_messages(max_messages=2)]
@@ -433,7 +520,9 @@ def test_azure_queue_bare_bodies_stay_bare_and_the_envelope_carries_the_context(
     assert carried["traceparent"].startswith(f"00-{producer.get_span_context().trace_id:032x}-")
 
 
-def test_inside_a_span_of_its_own_the_loop_links_to_the_producer(otel: Any, unique_name: str) -> None:
+def test_inside_a_span_of_its_own_the_loop_links_to_the_producer(
+    otel: Any, unique_name: str
+) -> None:
     """The conventions' default when processing happens in another span's scope: that span is the parent."""
     url = f"mem://{unique_name}"
     tracer = trace.get_tracer("t")
@@ -448,7 +537,9 @@ def test_inside_a_span_of_its_own_the_loop_links_to_the_producer(otel: Any, uniq
                 stop.set()
 
             with tracer.start_as_current_span("consumer-app") as app:
-                await sub.run(handler, stop_event=stop, handle_signals=False, max_deliveries=None, poll=0.1)
+                await sub.run(
+                    handler, stop_event=stop, handle_signals=False, max_deliveries=None, poll=0.1
+                )
             return app
 
     app = asyncio.run(consume())
@@ -475,7 +566,9 @@ def test_the_context_is_written_as_the_w3c_propagator_writes_it(otel: Any) -> No
             trace_id=0x0AF7651916CD43DD8448EB211C80319C, span_id=0xB7AD6B7169203331, is_remote=True,
             trace_flags=TraceFlags(flags), trace_state=TraceState(state),
         )  # fmt: skip
-        with trace.get_tracer("t").start_as_current_span("p", context=set_span_in_context(NonRecordingSpan(parent))):
+        with trace.get_tracer("t").start_as_current_span(
+            "p", context=set_span_in_context(NonRecordingSpan(parent))
+        ):
             expected: dict[str, str] = {}
             TraceContextTextMapPropagator().inject(expected)
             assert message_context(None) == expected
@@ -490,7 +583,10 @@ def test_a_native_sqs_reader_sees_string_message_attributes(queue_url: str, otel
     from botocore.client import BaseClient
 
     tracer = trace.get_tracer("t")
-    with tracer.start_as_current_span("producer") as producer, open_topic(queue_url, profile=profile(queue_url)) as topic:
+    with (
+        tracer.start_as_current_span("producer") as producer,
+        open_topic(queue_url, profile=profile(queue_url)) as topic,
+    ):
         topic.publish(b"native", attributes={"kind": "test"})
         driver: Any = topic._driver
         raw = topic.as_(BaseClient).receive_message(
@@ -501,4 +597,6 @@ def test_a_native_sqs_reader_sees_string_message_attributes(queue_url: str, otel
     assert message["Body"] == "native"
     assert attributes["kind"] == {"DataType": "String", "StringValue": "test"}
     assert attributes["traceparent"]["DataType"] == "String"
-    assert attributes["traceparent"]["StringValue"].startswith(f"00-{producer.get_span_context().trace_id:032x}-")
+    assert attributes["traceparent"]["StringValue"].startswith(
+        f"00-{producer.get_span_context().trace_id:032x}-"
+    )
