@@ -73,7 +73,12 @@ sys.path.insert(0, str(HERE))
 PAYLOAD = os.urandom(1024)
 MESSAGE = os.urandom(100)
 #: operation -> fraction of --calls it runs (sqlite writes a file: fewer calls)
-OPERATIONS = {"Bucket.get mem": 1.0, "Bucket.put mem": 1.0, "Topic.publish mem": 1.0, "Topic.publish sqlite": 0.1}
+OPERATIONS = {
+    "Bucket.get mem": 1.0,
+    "Bucket.put mem": 1.0,
+    "Topic.publish mem": 1.0,
+    "Topic.publish sqlite": 0.1,
+}
 CONFIGS = ("off", "no-sdk", "tracing", "tracing+metrics")
 
 
@@ -202,7 +207,9 @@ class Worker:
         if config in ("base", "off"):
             argv.append("--block-otel")
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
         env.pop("OTEL_SDK_DISABLED", None)
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=str(root)
@@ -305,11 +312,15 @@ def main() -> None:
             # the fastest rounds: least disturbed by neighbours on a shared machine
             row["best_round_overhead_us"] = round(1e6 / row["max"] - ref_best_us, 3)
             row["spans_per_call"] = spans_per_call[row["contestant"]]
-        sections[f"{op} ({max(100, int(args.calls * OPERATIONS[op]))} calls x {args.rounds} rounds)"] = rows
+        sections[
+            f"{op} ({max(100, int(args.calls * OPERATIONS[op]))} calls x {args.rounds} rounds)"
+        ] = rows
         overhead[op] = {row["contestant"]: row["overhead_us_vs_" + reference] for row in rows}
     silent = [n for n in ("tracing", "tracing+metrics") if spans_per_call.get(n, 0.0) < 0.5]
     mem_ops = [op for op in overhead if op.endswith(" mem")]  # the target is per call on mem://
-    off_worst = max(abs(overhead[op][n]) for op in mem_ops for n in ("off", "no-sdk") if n != reference)
+    off_worst = max(
+        abs(overhead[op][n]) for op in mem_ops for n in ("off", "no-sdk") if n != reference
+    )
     summary = {
         "reference": reference,
         "baseline_ref": args.baseline,
@@ -327,7 +338,8 @@ def main() -> None:
     write(name, sections, {"summary": summary})
     notes = [
         "",
-        f"reference: `{reference}`" + (f" (portable at `{args.baseline}`)" if args.baseline else ""),
+        f"reference: `{reference}`"
+        + (f" (portable at `{args.baseline}`)" if args.baseline else ""),
         f"load average before: {load_before}; after: {load_after}; {os.cpu_count()} CPUs; {elapsed:.0f} s",
         f"spans per call: {spans_per_call}",
         f"worst |median overhead| of off / no-sdk vs {reference} on mem://: {off_worst:.3f} us per call (target <= 1 us)",
