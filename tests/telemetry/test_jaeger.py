@@ -1,0 +1,270 @@
+"""Traces reach a real tracing backend: Jaeger (OTLP/HTTP in, its query API out).
+
+Spans go through the OpenTelemetry SDK's ``BatchSpanProcessor`` and OTLP/HTTP exporter
+(``opentelemetry-exporter-otlp-proto-http``) to the ``jaeger`` emulator, and are read
+back over Jaeger's HTTP query API: ``/api/traces/{id}`` (the UI's API),
+``/api/traces?service=`` (search) and ``/api/v3/traces/{id}`` (OTLP JSON).
+
+The portable test runs in a child process: the global tracer provider can be set
+once per process, and the one this worker's tests share (tests/telemetry/conftest.py)
+exports to memory; the child sets its own, exporting to Jaeger, under a service name
+no other test uses, so the parent can find the child's traces by searching for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.emulators import create
+from tests.emulators.fixtures import unavailable
+from tests.emulators.harness import EmulatorInfo, http_request, is_listening, listening_sockets
+
+pytest.importorskip("opentelemetry.sdk.trace", reason="the OpenTelemetry SDK is in the dev extra")
+pytest.importorskip(
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    reason="opentelemetry-exporter-otlp-proto-http==1.45.2 is in the dev extra",
+)
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: E402
+from opentelemetry.sdk.resources import Resource  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
+from opentelemetry.trace import SpanKind  # noqa: E402
+
+#: How long a span may take from the exporter's flush to Jaeger's query API (a 200 ms batch).
+ARRIVAL_TIMEOUT = 30.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def query(info: EmulatorInfo, path: str) -> tuple[int, Any]:
+    status, body = http_request(info.endpoints["query_url"] + path, timeout=10.0)
+    return status, json.loads(body) if body else None
+
+
+def poll(what: str, fetch: Callable[[], Any], timeout: float = ARRIVAL_TIMEOUT) -> Any:
+    """Call ``fetch`` until it returns something truthy; fail with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fetch()
+        if last:
+            return last
+        time.sleep(0.2)
+    pytest.fail(f"{what}: not in Jaeger after {timeout:.0f} s (last answer: {last!r})")
+
+
+def tags(span: dict[str, Any]) -> dict[str, Any]:
+    return {tag["key"]: tag["value"] for tag in span.get("tags", [])}
+
+
+def parent_of(span: dict[str, Any]) -> str | None:
+    refs = [ref for ref in span.get("references", []) if ref["refType"] == "CHILD_OF"]
+    return refs[0]["spanID"] if refs else None
+
+
+def trace_by_id(info: EmulatorInfo, trace_id: str, spans: int) -> dict[str, Any] | None:
+    """The trace ``trace_id`` (32 hex digits) from ``/api/traces/{id}``, once it has ``spans`` spans."""
+    status, body = query(info, f"/api/traces/{trace_id}")
+    if status != 200 or not body.get("data"):
+        return None
+    found: dict[str, Any] = body["data"][0]
+    return found if len(found["spans"]) >= spans else None
+
+
+# --- the backend itself -----------------------------------------------------------------
+
+
+def test_jaeger_binds_loopback_only_and_stops_clean() -> None:
+    """The harness's promise for every emulator, for this one: 127.0.0.1 only, nothing left."""
+    emulator = create("jaeger")
+    ok, reason = emulator.available()
+    if not ok:
+        unavailable(reason)
+    info = emulator.start()
+    try:
+        processes = emulator.processes()
+        assert info.pid in {record.pid for record in processes}
+        sockets = listening_sockets(processes)
+        assert {port for _, port in sockets} >= set(info.ports)
+        # no listener but the ones the config names (no 4317, 16686, 8888, 13133 defaults)
+        assert {port for _, port in sockets} == set(info.ports), sockets
+        assert all(address == "127.0.0.1" for address, _ in sockets), sockets
+        status, body = query(info, "/api/services")
+        assert status == 200 and body["data"] in ([], None)
+    finally:
+        emulator.stop()
+    assert [record for record in processes if record.is_alive()] == []
+    assert [port for port in info.ports if is_listening(port)] == []
+
+
+def test_sdk_spans_reach_jaeger_over_otlp_http(jaeger: EmulatorInfo) -> None:
+    """The exporter pipeline on its own: a parent and a child span made here, found by id."""
+    service = f"portable-test-{uuid.uuid4().hex[:12]}"
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=jaeger.endpoints["otlp_traces_url"], timeout=10))
+    )
+    tracer = provider.get_tracer("tests.telemetry.test_jaeger")
+    with tracer.start_as_current_span("parent", kind=SpanKind.PRODUCER) as parent:
+        parent.set_attribute("messaging.system", "portable-test")
+        with tracer.start_as_current_span("child", kind=SpanKind.CLIENT) as child:
+            child.set_attribute("portable.note", "made by the test")
+    assert provider.force_flush(10_000)
+    provider.shutdown()
+    trace_id = format(parent.get_span_context().trace_id, "032x")
+    parent_id = format(parent.get_span_context().span_id, "016x")
+
+    found = poll(f"trace {trace_id}", lambda: trace_by_id(jaeger, trace_id, 2))
+    by_name = {span["operationName"]: span for span in found["spans"]}
+    assert set(by_name) == {"parent", "child"}
+    assert {span["traceID"] for span in found["spans"]} == {trace_id}
+    assert by_name["parent"]["spanID"] == parent_id and parent_of(by_name["parent"]) is None
+    assert parent_of(by_name["child"]) == parent_id
+    assert tags(by_name["parent"])["span.kind"] == "producer"
+    assert tags(by_name["parent"])["messaging.system"] == "portable-test"
+    assert tags(by_name["child"])["portable.note"] == "made by the test"
+    process = found["processes"][by_name["child"]["processID"]]
+    assert process["serviceName"] == service
+
+    # the same trace through the v3 API (OTLP JSON) and through search by service
+    status, body = query(jaeger, f"/api/v3/traces/{trace_id}")
+    assert status == 200, body
+    v3_spans = [
+        span
+        for resource in body["result"]["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    assert sorted(span["name"] for span in v3_spans) == ["child", "parent"]
+    status, body = query(jaeger, f"/api/traces?service={service}&limit=10")
+    assert status == 200 and [t["traceID"] for t in body["data"]] == [trace_id]
+
+
+# --- portable's spans, producer to consumer ---------------------------------------------
+
+CHILD = r"""
+import json, sys, threading
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+endpoint, service, url = sys.argv[1:4]
+provider = TracerProvider(resource=Resource.create({"service.name": service}))
+provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=10)))
+trace.set_tracer_provider(provider)
+
+import portable.messaging as pm
+
+topic = pm.open_topic(url)
+subscription = pm.open_subscription(url)
+message_id = topic.publish(b"hello, jaeger", attributes={"kind": "greeting"})
+seen = {"message_id": message_id}
+done = threading.Event()
+tracer = trace.get_tracer("tests.telemetry.test_jaeger.child")
+
+def handler(message):
+    context = trace.get_current_span().get_span_context()
+    seen["handler_trace_id"] = format(context.trace_id, "032x")
+    seen["handler_span_id"] = format(context.span_id, "016x")
+    seen["body"] = message.body.decode()
+    with tracer.start_as_current_span("handler work"):
+        pass
+    done.set()
+
+stats = subscription.run(handler, stop_event=done, handle_signals=False, poll=0.2, drain_timeout=10)
+seen["acked"] = stats.acked
+topic.close()
+subscription.close()
+assert provider.force_flush(10_000)
+provider.shutdown()
+print(json.dumps(seen))
+"""
+
+
+def run_child(jaeger: EmulatorInfo, service: str, url: str) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.pop("OTEL_SDK_DISABLED", None)
+    env.pop("OTEL_TRACES_EXPORTER", None)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, jaeger.endpoints["otlp_traces_url"], service, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def find_joined_trace(jaeger: EmulatorInfo, service: str) -> dict[str, Any] | None:
+    """The child's trace that holds a producer span and a consumer span, found by service."""
+    status, body = query(jaeger, f"/api/traces?service={service}&limit=20")
+    if status != 200:
+        return None
+    for found in body.get("data") or []:
+        kinds = {tags(span).get("span.kind") for span in found["spans"]}
+        names = {span["operationName"] for span in found["spans"]}
+        if {"producer", "consumer"} <= kinds and "handler work" in names:
+            return dict(found)
+    return None
+
+
+@pytest.mark.parametrize("scheme", ["sqlite"])
+def test_published_and_consumed_message_is_one_trace_in_jaeger(
+    jaeger: EmulatorInfo, tmp_path: Path, scheme: str
+) -> None:
+    """Publish through portable, consume with ``Subscription.run``, find the joined trace in Jaeger."""
+    service = f"portable-test-{uuid.uuid4().hex[:12]}"
+    url = f"sqlite://{tmp_path}/queue.db?name=traced"
+    seen = run_child(jaeger, service, url)
+    assert seen["body"] == "hello, jaeger" and seen["acked"] == 1
+
+    found = poll(
+        f"a trace of service {service} with a producer and a consumer span",
+        lambda: find_joined_trace(jaeger, service),
+    )
+    spans = found["spans"]
+    by_id = {span["spanID"]: span for span in spans}
+    [publish] = [s for s in spans if tags(s).get("span.kind") == "producer"]
+    [process] = [s for s in spans if tags(s).get("span.kind") == "consumer" and
+                 tags(s).get("messaging.operation.type") == "process"]  # fmt: skip
+    [work] = [s for s in spans if s["operationName"] == "handler work"]
+
+    # one trace id, the one the handler saw as current
+    assert found["traceID"] == seen["handler_trace_id"]
+    assert {s["traceID"] for s in (publish, process, work)} == {seen["handler_trace_id"]}
+    # the handler ran inside the process span, and the process span descends from the publish
+    assert process["spanID"] == seen["handler_span_id"]
+    assert parent_of(work) == process["spanID"]
+    ancestors = []
+    cursor: str | None = parent_of(process)
+    while cursor is not None and cursor in by_id:
+        ancestors.append(cursor)
+        cursor = parent_of(by_id[cursor])
+    assert publish["spanID"] in ancestors, (publish["spanID"], ancestors)
+    # the messaging conventions on both ends
+    publish_tags, process_tags = tags(publish), tags(process)
+    assert publish_tags["messaging.operation.type"] in ("send", "create")
+    assert publish_tags["messaging.destination.name"] == process_tags["messaging.destination.name"]
+    assert publish_tags["messaging.destination.name"] in url
+    assert publish_tags.get("messaging.message.id", seen["message_id"]) == seen["message_id"]
+    assert publish["operationName"].endswith(publish_tags["messaging.destination.name"])
+    assert process["operationName"].startswith("process ")
+    # and the same trace by id: the search above is not the only way in
+    same = trace_by_id(jaeger, found["traceID"], len(spans))
+    assert same is not None and {s["spanID"] for s in same["spans"]} == set(by_id)
