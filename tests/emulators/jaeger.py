@@ -167,3 +167,62 @@ class Jaeger(Emulator):
         )
         if status != 200:
             raise RuntimeError(f"jaeger OTLP receiver answered {status}: {body[:200]!r}")
+
+
+def round_trip(info: EmulatorInfo, timeout: float = 30.0) -> None:
+    """Send one span as OTLP/JSON and read it back by trace id: the emulator's wire check.
+
+    For ``tests/test_emulators_harness.py``'s ``WIRE_CHECKS`` (needs no OpenTelemetry package).
+    """
+    import secrets
+    import time
+
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    now = time.time_ns()
+    payload = {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "harness"}}]
+                },
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "tests.emulators.jaeger"},
+                        "spans": [
+                            {
+                                "traceId": trace_id,
+                                "spanId": span_id,
+                                "name": "harness round trip",
+                                "kind": 1,
+                                "startTimeUnixNano": str(now - 1_000_000),
+                                "endTimeUnixNano": str(now),
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
+    status, body = http_request(
+        info.endpoints["otlp_traces_url"],
+        method="POST",
+        headers={"Content-Type": "application/json"},
+        body=json.dumps(payload).encode(),
+        timeout=timeout,
+    )
+    if status != 200:
+        raise AssertionError(f"OTLP export answered {status}: {body[:200]!r}")
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = http_request(
+            f"{info.endpoints['query_url']}/api/traces/{trace_id}", timeout=timeout
+        )
+        if status == 200:
+            [found] = json.loads(body)["data"]
+            [span] = found["spans"]
+            if (span["spanID"], span["operationName"]) != (span_id, "harness round trip"):
+                raise AssertionError(f"jaeger returned another span: {span!r}")
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"span {trace_id} not queryable after {timeout} s: {status}")
+        time.sleep(0.1)

@@ -24,22 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import SpanKind
 
 from tests.emulators import create
 from tests.emulators.fixtures import unavailable
 from tests.emulators.harness import EmulatorInfo, http_request, is_listening, listening_sockets
-
-pytest.importorskip("opentelemetry.sdk.trace", reason="the OpenTelemetry SDK is in the dev extra")
-pytest.importorskip(
-    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    reason="opentelemetry-exporter-otlp-proto-http==1.45.2 is in the dev extra",
-)
-
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: E402
-from opentelemetry.sdk.resources import Resource  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
-from opentelemetry.trace import SpanKind  # noqa: E402
 
 #: How long a span may take from the exporter's flush to Jaeger's query API (a 200 ms batch).
 ARRIVAL_TIMEOUT = 30.0
@@ -112,7 +105,9 @@ def test_sdk_spans_reach_jaeger_over_otlp_http(jaeger: EmulatorInfo) -> None:
     service = f"portable-test-{uuid.uuid4().hex[:12]}"
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=jaeger.endpoints["otlp_traces_url"], timeout=10))
+        BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=jaeger.endpoints["otlp_traces_url"], timeout=10)
+        )
     )
     tracer = provider.get_tracer("tests.telemetry.test_jaeger")
     with tracer.start_as_current_span("parent", kind=SpanKind.PRODUCER) as parent:
