@@ -313,7 +313,9 @@ else
       nice -n 10 go mod init portable.invalid/jaeger-build
       nice -n 10 go mod edit -replace github.com/Shopify/sarama=github.com/Shopify/sarama@v1.33.0
       nice -n 10 go get -tool "$jaeger_package@v$JAEGER_VERSION"
-      nice -n 10 go build -trimpath -ldflags="-s -w" -o "$jaeger_dest/bin/jaeger" "$jaeger_package"
+      nice -n 10 go build -trimpath -o "$jaeger_dest/bin/jaeger" -ldflags="-s -w \
+        -X github.com/jaegertracing/jaeger/internal/version.latestVersion=v$JAEGER_VERSION" \
+        "$jaeger_package"
     )
     printf '%s\n' "jaeger=$JAEGER_VERSION go=$(go env GOVERSION) packages=$jaeger_package" \
       > "$jaeger_dest/built-from"
