@@ -29,6 +29,7 @@ from .driver.compute import (
 from .driver.redaction import redact
 from .errors import DeadlineExceeded, InvalidArgument, InvalidKey, InvalidURL, Unsupported
 from .resilience import remaining
+from .telemetry._propagation import job_environment
 
 __all__ = [
     "JobHandle",
@@ -308,6 +309,10 @@ def check_states(states: object) -> frozenset[JobState] | None:
 def submission(spec: JobSpec, idempotency_key: str | None, capabilities: ComputeCapabilities) -> JobSpec:
     """The normalised spec a submit sends: ``spec`` checked, with ``idempotency_key`` set if given.
 
+    With tracing on and a span current, a spec without an idempotency key
+    gains ``TRACEPARENT`` / ``TRACESTATE`` in its environment (unless it sets
+    either itself), so the job can continue the submitter's trace.
+
     Raises:
         InvalidArgument: a bad spec, or an ``idempotency_key`` that differs from ``spec.idempotency_key``.
         InvalidKey / InvalidURL / Unsupported: as :func:`normalise_spec`.
@@ -319,7 +324,24 @@ def submission(spec: JobSpec, idempotency_key: str | None, capabilities: Compute
                 f"idempotency_key {spec.idempotency_key[:60]!r}: give one of them"
             )
         spec = replace(spec, idempotency_key=idempotency_key)
-    return normalise_spec(spec, capabilities)
+    clean = normalise_spec(spec, capabilities)
+    return _with_trace_context(clean)
+
+
+def _with_trace_context(spec: JobSpec) -> JobSpec:
+    """``spec`` with ``TRACEPARENT`` (and ``TRACESTATE``) of the current span in its environment.
+
+    Only with tracing on and a span current, and never over the spec's own
+    ``TRACEPARENT`` / ``TRACESTATE``. A spec with an idempotency key is left as it
+    is: its environment is part of :meth:`JobSpec.fingerprint`, so a resubmission
+    from another trace would conflict with the first submission.
+    """
+    if spec.idempotency_key is not None:
+        return spec
+    extra = job_environment(spec.env)
+    if extra is None:
+        return spec
+    return replace(spec, env={**spec.env, **extra})
 
 
 def check_wait_timeout(timeout: object) -> float | None:

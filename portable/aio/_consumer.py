@@ -31,6 +31,7 @@ from ..messaging import RunStats
 from ..messaging._consumer import RunClaims, keeper_interval, lease_not_kept
 from ..messaging._handling import CLAIM, HANDLE, Effect, Holding, MessageScript, RunOptions, Script
 from ..messaging._validation import check_lease, check_seconds
+from ..telemetry._propagation import ConsumerTelemetry
 from ._msg_message import AsyncMessage
 
 if TYPE_CHECKING:
@@ -116,9 +117,13 @@ class AsyncConsumerLoop:
         self.changed = asyncio.Event()  # a message was finished: there may be room
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending: set[asyncio.Future[Any]] = set()  # late releases, awaited before run() returns
+        # None unless tracing or metrics are on; the lag gauge reads the sync twin's stats()
+        self.telemetry = ConsumerTelemetry.of(sub.provider, redact(sub.url), sub.sync.stats)
 
     def _count(self, field_name: str) -> None:
         setattr(self.stats, field_name, getattr(self.stats, field_name) + 1)
+        if self.telemetry is not None:
+            self.telemetry.event(field_name)  # on the message's process span, when one is current
 
     def on_signal(self) -> None:
         """SIGTERM/SIGINT: stop gracefully; a second one stops waiting for the drain."""
@@ -128,6 +133,10 @@ class AsyncConsumerLoop:
         self.stop.set()
 
     async def run(self, stop_event: threading.Event | asyncio.Event | None, *, handle_signals: bool) -> RunStats:
+        with self.telemetry if self.telemetry is not None else contextlib.nullcontext():
+            return await self._run(stop_event, handle_signals=handle_signals)
+
+    async def _run(self, stop_event: threading.Event | asyncio.Event | None, *, handle_signals: bool) -> RunStats:
         helpers = [asyncio.ensure_future(self._watch(stop_event))]
         caps = self.sub.capabilities
         if caps.lease_extension or (self.claims is not None and self.claims.extendable):
@@ -227,7 +236,11 @@ class AsyncConsumerLoop:
             if self.stop.is_set() and self.abandon.is_set():
                 await self._release(message)
                 return
-            await adrive(self.script.handle(message), self._effect, shield=_settling)
+            if self.telemetry is None:
+                await adrive(self.script.handle(message), self._effect, shield=_settling)
+            else:
+                with self.telemetry.processing(message):
+                    await adrive(self.script.handle(message), self._effect, shield=_settling)
         except asyncio.CancelledError:
             pass  # given back by the script; the drain counts it unfinished
         except Exception:  # the loop must survive anything; the message's lease will expire
@@ -306,9 +319,14 @@ class AsyncConsumerLoop:
         return await getattr(self, f"_do_{effect[0]}")(*effect[1:])
 
     async def _do_handle(self, message: Delivery) -> Any:
-        if self.options.transactional is not None:  # sync by design: it commits in the store's transaction
-            return await run_blocking(self.options.handler, message)
-        return await self.options.handler(AsyncMessage(message, self.settler))
+        try:
+            if self.options.transactional is not None:  # sync by design: it commits in the store's transaction
+                return await run_blocking(self.options.handler, message)
+            return await self.options.handler(AsyncMessage(message, self.settler))
+        except Exception as exc:
+            if self.telemetry is not None:
+                self.telemetry.handler_failed(exc)
+            raise
 
     async def _do_ack(self, message: Delivery) -> None:
         await self.settler.ack(message)

@@ -26,6 +26,7 @@ from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
 from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..errors import PortableError, PreconditionFailed
+from ..telemetry._propagation import ConsumerTelemetry
 from ._handling import Effect, Holding, MessageScript, RunOptions, drive
 from ._message import Message, MessageSettler
 
@@ -277,13 +278,21 @@ class ConsumerLoop:
             options, None if self.claims is None else self.claims.key, self._count, settler.may_settle
         )
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="portable-consumer")
+        # None unless tracing or metrics are on (see portable.telemetry._propagation)
+        self.telemetry = ConsumerTelemetry.of(sub.provider, redact(sub.url), sub.stats)
 
     # -- bookkeeping ------------------------------------------------------
     def _count(self, field_name: str) -> None:
         with self.cond:
             setattr(self.stats, field_name, getattr(self.stats, field_name) + 1)
+        if self.telemetry is not None:
+            self.telemetry.event(field_name)  # on the message's process span, when one is current
 
     def run(self) -> RunStats:
+        with self.telemetry if self.telemetry is not None else contextlib.nullcontext():
+            return self._run()
+
+    def _run(self) -> RunStats:
         keeper: threading.Thread | None = None
         if self.sub.capabilities.lease_extension or (self.claims is not None and self.claims.extendable):
             keeper = threading.Thread(target=self._keep_leases, name="portable-lease-keeper", daemon=True)
@@ -395,7 +404,11 @@ class ConsumerLoop:
             if self.stop.is_set() and self.abandon.is_set():
                 self._release(message)
                 return
-            drive(self.script.handle(message), self._effect)
+            if self.telemetry is None:
+                drive(self.script.handle(message), self._effect)
+            else:
+                with self.telemetry.processing(message):
+                    drive(self.script.handle(message), self._effect)
         finally:
             if self.claims is not None:
                 self.claims.forget_held(message)
@@ -405,7 +418,13 @@ class ConsumerLoop:
         return getattr(self, f"_do_{effect[0]}")(*effect[1:])
 
     def _do_handle(self, message: Message) -> Any:
-        return self.handler(message)
+        if self.telemetry is None:
+            return self.handler(message)
+        try:
+            return self.handler(message)
+        except Exception as exc:
+            self.telemetry.handler_failed(exc)
+            raise
 
     def _do_ack(self, message: Message) -> None:
         message.ack()

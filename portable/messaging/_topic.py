@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal, cast, overload
 
@@ -21,8 +22,11 @@ from ..driver.messaging import (
 from ..driver.redaction import redact
 from ..errors import InvalidArgument, PortableError, TooLarge
 from ..resilience import ResiliencePolicy
+from ..telemetry._propagation import message_context, tracing
 from ._open import MessagingClient, Resolved
 from ._validation import as_body, attribute_text, check_attributes, check_token
+
+log = logging.getLogger("portable.messaging")
 
 
 class Topic(MessagingClient[TopicDriver]):
@@ -44,6 +48,15 @@ class Topic(MessagingClient[TopicDriver]):
     ) -> None:
         super().__init__(driver, topic, url=url, policy=policy, action="publish to")
         self._max_bytes = self.capabilities.max_message_bytes
+        # where attributes cannot travel, no trace context is added (azqueue:// with envelope=never
+        # refuses any attribute: its bodies are bare for native consumers)
+        self._traces = self.capabilities.max_attributes > 0 and not (
+            self.provider == "azqueue" and "envelope=never" in url.partition("?")[2].split("&")
+        )
+        # azqueue:// carries attributes in portable's envelope only: a message that would go bare
+        # (no attributes, key or idempotency key) stays bare, so native readers of bare bodies
+        # read what they read without tracing; it goes without the trace context
+        self._bare_stays_bare = self.provider == "azqueue"
 
     def _outgoing(
         self,
@@ -53,6 +66,7 @@ class Topic(MessagingClient[TopicDriver]):
         idempotency_key: object,
         *,
         allow_reserved: bool = False,
+        trace: Mapping[str, str] | None = None,
     ) -> OutgoingMessage:
         data = body if type(body) is bytes else as_body(body)
         size = len(data)
@@ -78,7 +92,22 @@ class Topic(MessagingClient[TopicDriver]):
                 f"{len(attrs)} attributes (reserved ones included); {self.provider}:// takes at most "
                 f"{self.capabilities.max_attributes}"
             )
+        if trace:
+            self._add_trace(attrs, size, trace)
         return OutgoingMessage(data, attrs, key, idempotency_key)  # type: ignore[arg-type]
+
+    def _add_trace(self, attrs: dict[str, str], size: int, trace: Mapping[str, str]) -> None:
+        """Add the trace context ``trace`` to ``attrs`` if the message still fits with it.
+
+        A message that is at the provider's attribute or size limit already goes
+        without it (tracing must never make a valid publish fail): logged at DEBUG.
+        """
+        extra = sum(len(name) + len(value) for name, value in trace.items())
+        if len(attrs) + len(trace) <= self.capabilities.max_attributes and size + extra <= self._max_bytes:
+            attrs.update(trace)
+        else:
+            log.debug("%s: no room for the trace context (%s) in this message; published without it",
+                      self._what, ", ".join(trace))
 
     def publish(
         self,
@@ -99,6 +128,11 @@ class Topic(MessagingClient[TopicDriver]):
                 ``capabilities.publish_dedup`` a repeat inside the dedup window
                 publishes nothing and returns the first id.
 
+        With tracing on (opentelemetry-api and a tracer provider), the current
+        span's context is added as ``traceparent`` (and ``tracestate``) unless
+        ``attributes`` has a ``traceparent``; a message at the provider's
+        attribute or size limit goes without it (see docs/messaging.md, Tracing).
+
         Raises:
             InvalidArgument / InvalidKey / TooLarge: bad input, before any request.
             NotFound: the topic does not exist.
@@ -107,8 +141,18 @@ class Topic(MessagingClient[TopicDriver]):
             "publish", self._what, self._side.publish, self._message(body, key, attributes, idempotency_key)
         )
 
-    def _message(self, body: object, key: object, attributes: object, idempotency_key: object) -> OutgoingMessage:
-        """The validated message of ``publish(body, key=, attributes=, idempotency_key=)`` (both faces call it)."""
+    def _message(
+        self, body: object, key: object, attributes: object, idempotency_key: object, *, traced: bool = True
+    ) -> OutgoingMessage:
+        """The validated message of ``publish(body, key=, attributes=, idempotency_key=)`` (both faces call it).
+
+        With tracing on (see :mod:`portable.telemetry._propagation`) the current span's
+        ``traceparent`` / ``tracestate`` are added, unless ``attributes`` carry a
+        ``traceparent`` of their own or ``traced`` is False.
+        """
+        trace = self._trace(attributes) if traced and tracing() else None
+        if trace is not None and not self._goes_bare(key, attributes, idempotency_key):
+            return self._outgoing(body, key, attributes, idempotency_key, trace=trace)
         if type(body) is bytes and key is None and attributes is None and idempotency_key is None:
             if len(body) > self._max_bytes:
                 raise TooLarge(
@@ -118,6 +162,18 @@ class Topic(MessagingClient[TopicDriver]):
             return OutgoingMessage(body)
         return self._outgoing(body, key, attributes, idempotency_key)
 
+    def _goes_bare(self, key: object, attributes: object, idempotency_key: object) -> bool:
+        """Whether a message with these fields travels as a bare body (so it gets no trace context)."""
+        return self._bare_stays_bare and key is None and not attributes and idempotency_key is None
+
+    def _trace(self, attributes: object) -> dict[str, str] | None:
+        """The trace context to add to a message with ``attributes``, or None (off, no span, the caller's own)."""
+        if not self._traces:
+            return None
+        if attributes is None or type(attributes) is dict:
+            return message_context(attributes)
+        return message_context(attributes if isinstance(attributes, Mapping) else None)
+
     def publish_batch(self, messages: Iterable[bytes | OutgoingMessage]) -> list[str]:
         """Publish many messages (native batches of ``capabilities.max_batch``); return their ids in order.
 
@@ -125,6 +181,8 @@ class Topic(MessagingClient[TopicDriver]):
         ``key``, ``idempotency_key``). Every item is validated before anything is
         sent. A failed item is retried on its own under the retry policy; the
         first that still fails raises, after the items before it were published.
+        With tracing on, every item without a ``traceparent`` of its own gets the
+        current span's (the batch's one creation context).
         """
         ids: list[str] = []
         for chunk in self._chunks(messages):
@@ -144,6 +202,9 @@ class Topic(MessagingClient[TopicDriver]):
         # reads it (LazyOutgoingMessages), so a large batch does not hold one more live object per message:
         # the garbage collector's full passes cost in proportion to live objects.
         max_bytes = self._max_bytes
+        trace = self._trace(None) if tracing() else None
+        if trace is not None:
+            return self._traced_chunks(messages, trace)
         items: list[bytes | OutgoingMessage] = [
             m
             if type(m) is bytes and len(m) <= max_bytes
@@ -152,6 +213,23 @@ class Topic(MessagingClient[TopicDriver]):
             else self._outgoing(m.body, m.key, m.attributes or None, m.idempotency_key)
             for m in messages
         ]
+        size = self.capabilities.max_batch
+        return [LazyOutgoingMessages(items[start : start + size]) for start in range(0, len(items), size)]
+
+    def _traced_chunks(
+        self, messages: Iterable[bytes | OutgoingMessage], trace: Mapping[str, str]
+    ) -> list[LazyOutgoingMessages]:
+        """:meth:`_chunks` with the trace context ``trace`` added to every item that has none of its own."""
+        items: list[bytes | OutgoingMessage] = []
+        for m in messages:
+            if not isinstance(m, OutgoingMessage):
+                items.append(self._outgoing(m, None, None, None, trace=None if self._bare_stays_bare else trace))
+                continue
+            own = m.attributes or None
+            mine = trace if own is None else self._trace(own)  # None: the item has a traceparent of its own
+            if self._goes_bare(m.key, own, m.idempotency_key):
+                mine = None
+            items.append(self._outgoing(m.body, m.key, own, m.idempotency_key, trace=mine))
         size = self.capabilities.max_batch
         return [LazyOutgoingMessages(items[start : start + size]) for start in range(0, len(items), size)]
 
@@ -189,6 +267,9 @@ class Topic(MessagingClient[TopicDriver]):
         body; ``structured`` sends the JSON event format as the body, data bytes
         exactly as given. Either way the idempotency key is ``source`` and ``id``,
         so a repeat of the same event is deduplicated where the provider can.
+        With tracing on, the message gets ``traceparent`` / ``tracestate``
+        attributes unless the event has the distributed-tracing extension
+        (``extensions={"traceparent": ...}``): then that is its creation context.
 
         Raises:
             InvalidArgument: binary mode needs more attributes than the provider
@@ -205,7 +286,8 @@ class Topic(MessagingClient[TopicDriver]):
             event, mode=mode, provider=self.provider,
             max_attributes=self.capabilities.max_attributes - 1,  # one for the idempotency key
         )  # fmt: skip
-        return self._message(body, key, attributes, event.dedup_key())
+        # an event with the distributed-tracing extension carries its own creation context
+        return self._message(body, key, attributes, event.dedup_key(), traced="traceparent" not in event.extensions)
 
     def _republish(self, message: Delivery, reason: str, source: str) -> str:
         """Publish a dead-lettered copy of ``message`` (original attributes plus the reason)."""

@@ -24,6 +24,7 @@ from ._policy import RetryPolicy
 if TYPE_CHECKING:
     import tenacity
 
+    from ..telemetry._observe import CallScope
     from ._guard import Guard
 
 #: codes that say the provider is unhealthy; others (NotFound, ...) are healthy answers
@@ -50,17 +51,22 @@ class Attempts:
         started: the guard's clock when the call began, for the strategies'
             elapsed time; None when the guard did not note it (the policy
             names no strategy).
+        scopes: the observers' scopes of an observed call (see
+            :mod:`portable.telemetry._observe`), told of each failed attempt and
+            of a refusal; empty when nothing observes the call.
     """
 
     __slots__ = (
         "args",
         "attempt",
         "breaker",
+        "budget_refused",
         "failure",
         "fn",
         "guard",
         "kwargs",
         "probe",
+        "scopes",
         "started",
         "tenacity_state",
         "what",
@@ -77,6 +83,7 @@ class Attempts:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         started: float | None = None,
+        scopes: list[CallScope] | None = None,
     ) -> None:
         self.guard = guard
         self.what = what
@@ -88,6 +95,8 @@ class Attempts:
         self.kwargs = kwargs
         self.started = started
         self.attempt = 1
+        self.scopes = scopes
+        self.budget_refused = False  # the endpoint's retry budget refused the retry (for the observers)
         self.tenacity_state: tenacity.RetryCallState | None = None
 
     def __enter__(self) -> None:
@@ -133,11 +142,27 @@ class Attempts:
         if judged:
             breaker.record(healthy, self.probe)  # type: ignore[union-attr]
         try:
-            return self._wait_before_retry(err, exc)
+            delay = self._wait_before_retry(err, exc)
         except BaseException:
             if breaker is not None and not judged:
                 breaker.record(healthy)  # the call ends here: this is what its caller sees
+            if self.scopes:
+                self._tell_final(err)
             raise
+        if self.scopes:
+            from ..telemetry._observe import notify_attempt_failed
+
+            notify_attempt_failed(self.scopes, self.attempt, err, delay)
+        return delay
+
+    def _tell_final(self, err: PortableError) -> None:
+        """Tell the observers that the attempt's failure ``err`` ends the call (and if the budget refused its retry)."""
+        from ..telemetry._observe import notify_attempt_failed, notify_rejected
+
+        assert self.scopes is not None
+        notify_attempt_failed(self.scopes, self.attempt, err, None)
+        if self.budget_refused:
+            notify_rejected(self.scopes, err)
 
     def _wait_before_retry(self, err: PortableError, exc: Exception) -> float:
         """The wait before the next attempt after ``err`` (``exc`` wrapped), or raise ``err`` if it is final."""
@@ -166,6 +191,7 @@ class Attempts:
                 f"after {attempt} attempt(s); too many calls to it are failing)"
             )
             err.args = (err.message,)
+            self.budget_refused = True
             raise err from cause
         return delay
 
@@ -181,6 +207,10 @@ class Attempts:
             try:
                 self.probe = self.breaker.before_call()
             except CircuitOpen as opened:
+                if self.scopes:
+                    from ..telemetry._observe import notify_rejected
+
+                    notify_rejected(self.scopes, opened)
                 raise opened from last
 
     def _consult_strategies(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from ..driver.redaction import redact
 from ..errors import CircuitOpen, InvalidArgument
+from ..telemetry._observe import BREAKER_LISTENERS
 from ._budget import reset_retry_budgets
 from ._policy import BreakerPolicy
 
@@ -27,7 +28,8 @@ class BreakerState:
 _CLOSED = BreakerState.CLOSED
 #: ``listener(breaker, old_state, new_state)``, called on every state change
 BreakerListener = Callable[["CircuitBreaker", str, str], None]
-_LISTENERS_OF_EVERY_BREAKER: list[BreakerListener] = []
+#: the same list as the telemetry's (portable.telemetry._observe), which cannot import this module
+_LISTENERS_OF_EVERY_BREAKER: list[BreakerListener] = BREAKER_LISTENERS
 
 
 class CircuitBreaker:

@@ -9,7 +9,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from ..driver.redaction import redact, scrub_exception_chain
-from ..errors import DeadlineExceeded, ErrorCode, PortableError, error_for
+from ..errors import CircuitOpen, DeadlineExceeded, ErrorCode, PortableError, error_for
+from ..telemetry._auto import check_providers
+from ..telemetry._observe import (
+    OBSERVERS,
+    CallInfo,
+    CallScope,
+    describe_driver,
+    notify_ended,
+    notify_rejected,
+    operation_of,
+    start_scopes,
+)
 from ._attempts import Attempts, names_a_strategy
 from ._breaker import CircuitBreaker, breaker_for
 from ._budget import EndpointRetryBudget, retry_budget_for
@@ -83,6 +94,16 @@ class Guard:
             the elapsed time tenacity strategies see (tests pass a fake one).
         sleep, asleep: how to wait between attempts (tests pass fakes).
         rng: the built-in backoff's random source (tests pass a seeded one).
+        target: the bucket, queue or topic the guarded calls address (its name, no secret),
+            for observers (:mod:`portable.telemetry`): span names and per-bucket counts.
+            Defaults to the name the driver holds (``bucket``, ``queue``, ...), if any.
+        domain: "storage", "messaging", "compute" or "idempotency", for observers; defaults
+            to the one the driver's base class serves.
+
+    Observers: while any is registered (:data:`portable.telemetry._observe.OBSERVERS`), a call
+    goes through ``_observed_call`` / ``_observed_acall``, which tell them of its start, each
+    failed attempt, a breaker's or the retry budget's refusal, and its end. Without one a call
+    pays one check of that list's truth, then the path below.
     """
 
     __slots__ = (
@@ -95,9 +116,11 @@ class Guard:
         "_set_up_each_call",
         "_sleep",
         "clock",
+        "domain",
         "endpoint",
         "provider",
         "rng",
+        "target",
     )
 
     def __init__(
@@ -111,8 +134,17 @@ class Guard:
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] | None = None,
         rng: random.Random | None = None,
+        target: str | None = None,
+        domain: str | None = None,
     ) -> None:
         self.provider = provider
+        if target is None or domain is None:
+            found_domain, found_target = describe_driver(classifier)
+            target = found_target if target is None else target
+            domain = found_domain if domain is None else domain
+        self.target = target
+        self.domain = domain
+        check_providers()  # a tracer or meter provider set since the last guard was made
         self.endpoint = endpoint
         self.clock = clock
         self.policy = policy or ResiliencePolicy()
@@ -167,6 +199,8 @@ class Guard:
             DeadlineExceeded: the deadline passed, or would pass during a backoff.
             PortableError: the driver's error, wrapped once, after the last attempt.
         """
+        if OBSERVERS:
+            return self._observed_call(op_class, what, fn, args, kwargs)
         if self._set_up_each_call:
             limits: Limits | None = impose_limits(self._policy)
             started: float | None = self.clock()  # tenacity strategies measure from here
@@ -219,6 +253,8 @@ class Guard:
         attempt counts as a retryable DeadlineExceeded. Cancelling the task
         cancels the attempt and gives a half-open probe's slot back.
         """
+        if OBSERVERS:
+            return await self._observed_acall(op_class, what, fn, args, kwargs)
         if self._set_up_each_call:
             limits: Limits | None = impose_limits(self._policy, per_attempt=False)
             started: float | None = self.clock()  # tenacity strategies measure from here
@@ -268,6 +304,116 @@ class Guard:
                 if at is None and timeout is None:
                     return await fn(*args, **kwargs)
                 return await _await_within(fn, args, kwargs, at, timeout)
+
+    # -- observed calls -------------------------------------------------
+    # call and acall once more, telling the observers; kept apart so that the unobserved success
+    # path stays as it was (one check of OBSERVERS' truth).
+
+    def _observed_call(
+        self, op_class: str, what: str, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
+        """:meth:`call` with the observers told of its start, failed attempts, a refusal and its end."""
+        scopes = start_scopes(self._info(op_class, what, fn, args, "sync"))
+        error: BaseException | None = None
+        result: Any = None
+        limits: Limits | None = None
+        started: float | None = None
+        try:
+            if self._set_up_each_call:
+                limits = impose_limits(self._policy)
+                started = self.clock()
+            at = _deadline_in_force()
+            if at is not None and time.monotonic() >= at:
+                raise deadline_error(self.provider, what)
+            breaker = self.breaker(op_class)
+            probe = self._admit(breaker, scopes)
+            self._note_call()
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                attempts = Attempts(self, what, breaker, probe, exc, fn, args, kwargs, started, scopes)
+                result = self._retry(attempts, fn, args, kwargs)
+                return result  # type: ignore[no-any-return]
+            except BaseException:
+                if probe:
+                    breaker.abandon(probe)  # type: ignore[union-attr]
+                raise
+            if breaker is not None:
+                breaker.record(True, probe)
+            return result  # type: ignore[no-any-return]
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if limits is not None:
+                lift_limits(limits)
+            notify_ended(scopes, error, result)
+
+    async def _observed_acall(
+        self,
+        op_class: str,
+        what: str,
+        fn: Callable[..., Awaitable[R]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """:meth:`acall` with the observers told of its start, failed attempts, a refusal and its end."""
+        scopes = start_scopes(self._info(op_class, what, fn, args, "async"))
+        error: BaseException | None = None
+        result: Any = None
+        limits: Limits | None = None
+        started: float | None = None
+        try:
+            if self._set_up_each_call:
+                limits = impose_limits(self._policy, per_attempt=False)
+                started = self.clock()
+            at = _deadline_in_force()
+            if at is not None and time.monotonic() >= at:
+                raise deadline_error(self.provider, what)
+            breaker = self.breaker(op_class)
+            probe = self._admit(breaker, scopes)
+            self._note_call()
+            try:
+                if at is None and (limits is None or self._policy.retry.timeout is None):
+                    result = await fn(*args, **kwargs)
+                else:
+                    result = await _await_within(fn, args, kwargs, at, self._policy.retry.timeout)
+            except Exception as exc:
+                attempts = Attempts(self, what, breaker, probe, exc, fn, args, kwargs, started, scopes)
+                result = await self._aretry(attempts, fn, args, kwargs)
+                return result  # type: ignore[no-any-return]
+            except BaseException:
+                if probe:
+                    breaker.abandon(probe)  # type: ignore[union-attr]
+                raise
+            if breaker is not None:
+                breaker.record(True, probe)
+            return result  # type: ignore[no-any-return]
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if limits is not None:
+                lift_limits(limits)
+            notify_ended(scopes, error, result)
+
+    def _info(self, op_class: str, what: str, fn: Callable[..., Any], args: tuple[Any, ...], face: str) -> CallInfo:
+        """The observers' view of one call."""
+        operation = operation_of(fn, what)
+        return CallInfo(
+            self.provider, self.endpoint, op_class, operation, what, args, self.target, face, self.domain
+        )
+
+    @staticmethod
+    def _admit(breaker: CircuitBreaker | None, scopes: list[CallScope]) -> int:
+        """The breaker's ticket for the first attempt; a refusal is told to the observers, then raised."""
+        if breaker is None:
+            return 0
+        try:
+            return breaker.before_call()
+        except CircuitOpen as refused:
+            notify_rejected(scopes, refused)
+            raise
 
     # -- errors ---------------------------------------------------------
     def wrap(self, what: str, exc: BaseException) -> PortableError:

@@ -16,7 +16,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["OBSERVERS", "CallInfo", "CallObserver", "CallScope", "add_observer", "observing"]
+from ..driver.redaction import redact
+
+__all__ = [
+    "OBSERVERS",
+    "CallInfo",
+    "CallObserver",
+    "CallScope",
+    "BREAKER_LISTENERS",
+    "add_observer",
+    "describe_driver",
+    "notify_attempt_failed",
+    "notify_ended",
+    "notify_rejected",
+    "observing",
+    "operation_of",
+    "start_scopes",
+]
 
 
 class CallInfo:
@@ -30,12 +46,26 @@ class CallInfo:
             guard's ``what`` verb when the call is a lambda.
         what: the operation and its target, as in error messages.
         args: the driver call's positional arguments (observers may read sizes from them; never log them).
+        target: the bucket, container, queue or topic the call addresses (its name, redacted), or ""
+            when unknown (the guard's ``target``: given by the portable type, else read from the driver).
+        face: "sync" (:meth:`Guard.call`) or "async" (:meth:`Guard.acall`).
+        domain: "storage", "messaging", "compute", "idempotency", or "" when unknown (the guard's
+            ``domain``, read from the driver's base class).
     """
 
-    __slots__ = ("args", "endpoint", "op_class", "operation", "provider", "what")
+    __slots__ = ("args", "domain", "endpoint", "face", "op_class", "operation", "provider", "target", "what")
 
     def __init__(
-        self, provider: str, endpoint: str, op_class: str, operation: str, what: str, args: tuple[Any, ...]
+        self,
+        provider: str,
+        endpoint: str,
+        op_class: str,
+        operation: str,
+        what: str,
+        args: tuple[Any, ...],
+        target: str = "",
+        face: str = "sync",
+        domain: str = "",
     ) -> None:
         self.provider = provider
         self.endpoint = endpoint
@@ -43,6 +73,9 @@ class CallInfo:
         self.operation = operation
         self.what = what
         self.args = args
+        self.target = target
+        self.face = face
+        self.domain = domain
 
     def __repr__(self) -> str:
         return f"CallInfo({self.provider!r}, {self.op_class!r}, {self.operation!r}, {self.what!r})"
@@ -58,7 +91,13 @@ class CallScope(Protocol):
         """
 
     def rejected(self, exc: BaseException) -> None:
-        """The call was refused before an attempt: a breaker is open or the retry budget is spent."""
+        """The call, or its next attempt, was refused: a breaker is open or the retry budget is spent.
+
+        A breaker refusing the first attempt raises :class:`~portable.errors.CircuitOpen` (``exc``);
+        one opening between attempts does the same after :meth:`attempt_failed` reported the last
+        failure with its ``retry_in``; a spent retry budget is told here after that failure was
+        reported final (``retry_in`` None), ``exc`` the error the caller sees.
+        """
 
     def ended(self, error: BaseException | None, result: Any) -> None:
         """The call ended: ``error`` is what the caller sees (None on success), ``result`` the value returned."""
@@ -73,6 +112,11 @@ class CallObserver(Protocol):
 
 #: the registered observers, in registration order; the guard reads it on every call
 OBSERVERS: list[CallObserver] = []
+
+#: ``listener(breaker, old_state, new_state)`` for every state change of every circuit breaker
+#: (:func:`portable.resilience.add_breaker_listener` adds to it; kept here so that telemetry
+#: can listen without importing portable.resilience, which imports this module)
+BREAKER_LISTENERS: list[Callable[[Any, str, str], None]] = []
 
 
 def observing() -> bool:
@@ -91,3 +135,101 @@ def add_observer(observer: CallObserver) -> Callable[[], None]:
             pass
 
     return remove
+
+
+# -- what the guard calls (only when OBSERVERS is non-empty) -----------------------------------
+
+#: driver base classes, by name (this module imports no driver), and the domain each serves
+_DOMAINS = (
+    ("StorageDriver", "storage"),
+    ("AsyncStorageDriver", "storage"),
+    ("MessagingDriver", "messaging"),
+    ("TopicDriver", "messaging"),
+    ("SubscriptionDriver", "messaging"),
+    ("ComputeDriver", "compute"),
+    ("AsyncComputeDriver", "compute"),
+    ("CompareAndSwapStore", "idempotency"),
+)
+#: the attributes drivers keep the name of what they address in, in order of preference
+_TARGET_ATTRIBUTES = ("bucket", "container", "queue", "topic", "table", "collection", "name")
+
+
+def describe_driver(driver: object) -> tuple[str, str]:
+    """``(domain, target)`` of a guard's driver, for observers: read once, when the guard is made.
+
+    The domain comes from the driver's base classes; the target from the first of
+    ``bucket``, ``container``, ``queue``, ``topic``, ``table``, ``collection``, ``name``
+    it holds as a string, else the last part of a ``mem://``, ``file://`` or ``local://``
+    endpoint (redacted); "" when it holds none.
+    """
+    names = {cls.__name__ for cls in type(driver).__mro__}
+    domain = next((found for base, found in _DOMAINS if base in names), "")
+    target = ""
+    for attribute in _TARGET_ATTRIBUTES:
+        try:
+            value = getattr(driver, attribute, None)
+        except Exception:
+            continue
+        if isinstance(value, str) and value:
+            target = value
+            break
+    else:
+        # the embedded drivers name what they serve in their endpoint: mem://NAME, file:///ROOT
+        endpoint = getattr(driver, "endpoint", "")
+        if isinstance(endpoint, str) and endpoint.startswith(("mem://", "file://", "local://")):
+            target = endpoint.split("://", 1)[1].rstrip("/").rsplit("/", 1)[-1]
+    if target:
+        target = redact(target)
+    return domain, target
+
+
+
+def operation_of(fn: Callable[..., Any], what: str) -> str:
+    """The operation name observers see: ``fn``'s ``__name__``, or the first word of ``what`` for a lambda."""
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str) or name == "<lambda>" or not name:
+        name = what.split(" ", 1)[0]
+    return name
+
+
+def start_scopes(info: CallInfo) -> list[CallScope]:
+    """Tell every observer that ``info`` starts; the scopes they return (an observer that raises is skipped)."""
+    scopes: list[CallScope] = []
+    for observer in tuple(OBSERVERS):
+        try:
+            scope = observer.started(info)
+        except Exception:
+            continue  # an observer's bug must not fail the call
+        if scope is not None:
+            scopes.append(scope)
+    return scopes
+
+
+def notify_attempt_failed(
+    scopes: list[CallScope], attempt: int, exc: BaseException, retry_in: float | None
+) -> None:
+    """Tell each scope that attempt ``attempt`` failed (``retry_in`` None: the failure is final)."""
+    for scope in scopes:
+        try:
+            scope.attempt_failed(attempt, exc, retry_in)
+        except Exception:
+            pass
+
+
+def notify_rejected(scopes: list[CallScope], exc: BaseException) -> None:
+    """Tell each scope that a breaker or the retry budget refused the call (or its next attempt)."""
+    for scope in scopes:
+        try:
+            scope.rejected(exc)
+        except Exception:
+            pass
+
+
+def notify_ended(scopes: list[CallScope], error: BaseException | None, result: Any) -> None:
+    """Tell each scope, last started first, that the call ended."""
+    for scope in reversed(scopes):
+        try:
+            scope.ended(error, result)
+        except Exception:
+            pass
+

@@ -1,0 +1,409 @@
+"""Trace context through messages and jobs: W3C ``traceparent`` / ``tracestate``, the consumer's spans and metrics.
+
+Publishing (both faces) asks :func:`message_context` for the attributes to add
+to a message: the current span's context in the W3C Trace Context form
+(``traceparent``, and ``tracestate`` when it is not empty), written by
+OpenTelemetry's ``TraceContextTextMapPropagator``, never the global propagator
+(so no ``baggage`` or vendor header rides along, and the names are the same
+on every provider). A message that already carries a ``traceparent`` (the
+caller's own, or a CloudEvent's distributed-tracing extension, ``ce_traceparent``
+/ ``ce-traceparent`` in binary mode) gets nothing added.
+
+The consumer loops (``Subscription.run``, ``AsyncSubscription.run``) handle each
+message inside :func:`processing`: a ``process`` span (kind CONSUMER) that
+links to the message's creation context and, when no span is current in the
+worker, has it as its parent too (semantic conventions: "Message creation
+context as parent of Process span", single-message processing); when the loop
+runs inside a span of the caller's, that span is the parent and the creation
+context only a link (the conventions' default). Settling is recorded as
+``settle`` events on the process span (the guard's own spans of the ack calls
+are its children), the idempotency outcomes ``skipped`` / ``deferred`` as
+events too.
+
+Metrics (when a meter provider is set): ``messaging.process.duration``
+(histogram, s), ``portable.messaging.consumer.in_flight`` (UpDownCounter,
+``{message}``: messages whose handling is under way) and
+``portable.messaging.consumer.lag`` (asynchronous gauge, ``{message}``: what
+the driver's ``stats()`` says is available, read at collection time, one
+request per collection per running loop, and only where the driver says).
+
+Jobs: :func:`job_environment` gives ``TRACEPARENT`` (and ``TRACESTATE``) for a
+job launched while a span is current, the variables the OpenTelemetry
+environment-carrier proposal names.
+
+"Off" is one check: opentelemetry-api is not importable, or no tracer
+provider is set (the global is the API's proxy or its no-op). Then nothing is
+added, no span is made and no opentelemetry module is imported by this one.
+This module imports no other part of portable but the standard library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+__all__ = [
+    "TRACEPARENT",
+    "TRACESTATE",
+    "ConsumerTelemetry",
+    "job_environment",
+    "message_context",
+    "messaging_system",
+    "tracing",
+]
+
+log = logging.getLogger("portable.messaging")
+
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+#: the names a message's creation context may be under (plain; a binary-mode CloudEvent's extension)
+_CARRIER_NAMES = (TRACEPARENT, "ce_traceparent", "ce-traceparent")
+
+#: ``messaging.system`` per scheme: the conventions' well-known values where one applies
+_SYSTEMS = {"sqs": "aws_sqs", "pubsub": "gcp_pubsub", "kafka": "kafka", "azqueue": "azure_storage_queue"}
+
+# The lazily imported API: None until first looked at, False when opentelemetry-api is absent.
+_trace_api: Any = None
+_metrics_api: Any = None
+_tracing_on = False  # a real tracer provider was seen: the global cannot be set again, so it stays on
+_metrics_on = False
+_lock = threading.Lock()
+
+
+def _load_trace() -> Any:
+    global _trace_api
+    if _trace_api is None:
+        try:
+            from opentelemetry import trace
+        except ImportError:
+            _trace_api = False
+        else:
+            _trace_api = trace
+    return _trace_api
+
+
+def _load_metrics() -> Any:
+    global _metrics_api
+    if _metrics_api is None:
+        try:
+            from opentelemetry import metrics
+        except ImportError:
+            _metrics_api = False
+        else:
+            _metrics_api = metrics
+    return _metrics_api
+
+
+def tracing() -> bool:
+    """Whether spans are recorded: opentelemetry-api is importable and a tracer provider is set."""
+    return _tracing_on or _check_tracing()
+
+
+def _check_tracing() -> bool:
+    global _tracing_on
+    api = _trace_api
+    if api is None:
+        api = _load_trace()
+    if api is False:
+        return False
+    # the API's global, read without a call: None until a provider is set (or first asked for
+    # through get_tracer_provider, which installs one named by OTEL_PYTHON_TRACER_PROVIDER)
+    provider = getattr(api, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is None:
+        return False
+    if provider is _UNKNOWN:  # an API without that global: ask the public way
+        provider = api.get_tracer_provider()
+    if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
+        return False
+    _tracing_on = True
+    return True
+
+
+_UNKNOWN = object()
+
+
+def _metering() -> bool:
+    """Whether metrics are recorded: opentelemetry-api is importable and a meter provider is set."""
+    global _metrics_on
+    if _metrics_on:
+        return True
+    api = _load_metrics()
+    if api is False:
+        return False
+    provider = api.get_meter_provider()
+    if type(provider).__name__ in ("_ProxyMeterProvider", "NoOpMeterProvider"):
+        return False
+    _metrics_on = True
+    return True
+
+
+_propagator: Any = None
+
+
+def _trace_propagator() -> Any:
+    global _propagator
+    if _propagator is None:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        _propagator = TraceContextTextMapPropagator()
+    return _propagator
+
+
+def message_context(attributes: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The trace attributes to add to a message published with ``attributes``, or None for none.
+
+    None when tracing is off, when no valid span is current, or when
+    ``attributes`` already hold a ``traceparent`` (a caller's own creation
+    context is never overwritten). Else ``{"traceparent": ..., "tracestate": ...}``
+    (``tracestate`` only when the span's is not empty).
+    """
+    if not (_tracing_on or _check_tracing()):
+        return None
+    if attributes and any(name in attributes for name in _CARRIER_NAMES):
+        return None
+    carrier: dict[str, str] = {}
+    _trace_propagator().inject(carrier)
+    return carrier or None
+
+
+def job_environment(env: Mapping[str, str]) -> dict[str, str] | None:
+    """``TRACEPARENT`` / ``TRACESTATE`` for a job launched now, or None (tracing off, no span, or ``env`` sets one)."""
+    if not _tracing_on and not _check_tracing():
+        return None
+    if "TRACEPARENT" in env or "TRACESTATE" in env:
+        return None
+    carrier: dict[str, str] = {}
+    _trace_propagator().inject(carrier)
+    if TRACEPARENT not in carrier:
+        return None
+    out = {"TRACEPARENT": carrier[TRACEPARENT]}
+    if carrier.get(TRACESTATE):
+        out["TRACESTATE"] = carrier[TRACESTATE]
+    return out
+
+
+def creation_context(attributes: Mapping[str, str]) -> Any:
+    """The span context a received message was created in (its ``traceparent``), or None."""
+    traceparent = attributes.get(TRACEPARENT) or attributes.get("ce_traceparent") or attributes.get("ce-traceparent")
+    if not traceparent:
+        return None
+    carrier = {TRACEPARENT: traceparent}
+    tracestate = attributes.get(TRACESTATE) or attributes.get("ce_tracestate") or attributes.get("ce-tracestate")
+    if tracestate:
+        carrier[TRACESTATE] = tracestate
+    api = _load_trace()
+    context = _trace_propagator().extract(carrier)
+    span_context = api.get_current_span(context).get_span_context()
+    return span_context if span_context.is_valid else None
+
+
+def messaging_system(provider: str) -> str:
+    """``messaging.system`` of a scheme: ``aws_sqs``, ``gcp_pubsub``, ``kafka``; else the scheme."""
+    return _SYSTEMS.get(provider, provider)
+
+
+def destination_name(url: str) -> str:
+    """The queue, topic or subscription a URL names, for span names and attributes (never a secret).
+
+    ``?name=`` where the URL has it (``sqlite://``), else its last path segment, else its host part.
+    """
+    parts = urlsplit(url)
+    options = dict(parse_qsl(parts.query))
+    name = options.get("name") or parts.path.rstrip("/").rsplit("/", 1)[-1] or parts.netloc.rsplit("@", 1)[-1]
+    return name or parts.scheme
+
+
+class _Instruments:
+    """The consumer's instruments, made once per process on the first loop that meters."""
+
+    def __init__(self) -> None:
+        meter = _load_metrics().get_meter("portable.messaging")
+        self.duration = meter.create_histogram(
+            "messaging.process.duration", unit="s", description="Duration of processing operation."
+        )
+        self.in_flight = meter.create_up_down_counter(
+            "portable.messaging.consumer.in_flight", unit="{message}",
+            description="Messages a consumer loop is handling now (received, handler or settling under way).",
+        )  # fmt: skip
+        self.loops: weakref.WeakSet[ConsumerTelemetry] = weakref.WeakSet()
+        meter.create_observable_gauge(
+            "portable.messaging.consumer.lag", callbacks=[self._observe_lag], unit="{message}",
+            description="Messages available to a running consumer loop and not yet received (the driver's stats()).",
+        )  # fmt: skip
+
+    def _observe_lag(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        for loop in list(self.loops):
+            available = loop.lag()
+            if available is not None:
+                yield Observation(available, loop.metric_attributes)
+
+
+_instruments: _Instruments | None = None
+#: the error types of the message being handled in this thread or task (for the duration's error.type)
+_handling: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("portable_handling", default=None)
+
+
+def _consumer_instruments() -> _Instruments:
+    global _instruments
+    with _lock:
+        if _instruments is None:
+            _instruments = _Instruments()
+        return _instruments
+
+
+class ConsumerTelemetry:
+    """What one consumer loop records: a ``process`` span per message, settle events, its metrics.
+
+    Made when a loop starts (``ConsumerTelemetry.of``: None when neither
+    tracing nor metrics are on, so an untraced loop pays one check per run).
+
+    Args:
+        provider: the scheme.
+        url: the subscription's URL (redacted; its destination name is read from it).
+        stats: the subscription's ``stats`` (a request), read for the lag gauge.
+    """
+
+    def __init__(self, provider: str, url: str, stats: Callable[[], Any] | None) -> None:
+        self.system = messaging_system(provider)
+        self.destination = destination_name(url)
+        self.span_name = f"process {self.destination}"
+        self.metric_attributes = {"messaging.system": self.system, "messaging.destination.name": self.destination}
+        self._stats = stats
+        self._lag_known = stats is not None
+        self._traced = tracing()
+        self._tracer = _load_trace().get_tracer("portable.messaging") if self._traced else None
+        self._instruments = _consumer_instruments() if _metering() else None
+
+    @classmethod
+    def of(cls, provider: str, url: str, stats: Callable[[], Any] | None = None) -> ConsumerTelemetry | None:
+        """The telemetry of a loop on ``url``, or None when tracing and metrics are both off."""
+        if not tracing() and not _metering():
+            return None
+        return cls(provider, url, stats)
+
+    def __enter__(self) -> ConsumerTelemetry:
+        if self._instruments is not None:
+            self._instruments.loops.add(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._instruments is not None:
+            self._instruments.loops.discard(self)
+
+    def lag(self) -> int | None:
+        """What ``stats().available`` says now, or None (the driver does not say, or the call failed)."""
+        if not self._lag_known or self._stats is None:
+            return None
+        try:
+            available: int | None = self._stats().available
+        except Exception as exc:  # the collector's thread must not fail; the next collection tries again
+            log.debug("consumer lag: stats() failed: %s", exc)
+            return None
+        if available is None:
+            self._lag_known = False  # the driver never says: stop asking
+        return available
+
+    @contextlib.contextmanager
+    def processing(self, message: Any) -> Iterator[Any]:
+        """Handle ``message`` inside its ``process`` span (the current span meanwhile); yield the span or None."""
+        started = time.perf_counter()
+        instruments = self._instruments
+        if instruments is not None:
+            instruments.in_flight.add(1, self.metric_attributes)
+        failure: list[str] = []
+        token = _handling.set(failure)
+        try:
+            if self._tracer is None:
+                yield None
+            else:
+                with self._span(message) as span:
+                    yield span
+        except BaseException as exc:
+            failure.append(type(exc).__qualname__)
+            raise
+        finally:
+            _handling.reset(token)
+            if instruments is not None:
+                instruments.in_flight.add(-1, self.metric_attributes)
+                attributes = self.metric_attributes
+                if failure:
+                    attributes = {**attributes, "error.type": failure[-1]}
+                instruments.duration.record(time.perf_counter() - started, attributes)
+
+    @contextlib.contextmanager
+    def _span(self, message: Any) -> Iterator[Any]:
+        api = _trace_api
+        assert self._tracer is not None
+        creation = creation_context(message.attributes)
+        links = [] if creation is None else [api.Link(creation)]
+        parent = None
+        if creation is not None and not api.get_current_span().get_span_context().is_valid:
+            parent = api.set_span_in_context(api.NonRecordingSpan(creation))
+        attributes = {
+            "messaging.system": self.system,
+            "messaging.destination.name": self.destination,
+            "messaging.operation.name": "process",
+            "messaging.operation.type": "process",
+            "messaging.message.id": str(message.id),
+            "portable.messaging.delivery_attempt": int(message.delivery_attempt),
+        }
+        with self._tracer.start_as_current_span(
+            self.span_name, context=parent, kind=api.SpanKind.CONSUMER, links=links, attributes=attributes,
+            record_exception=True, set_status_on_exception=True,
+        ) as span:  # fmt: skip
+            yield span
+
+    def handler_failed(self, exc: BaseException) -> None:
+        """The handler raised ``exc`` (the loop goes on to nack or dead-letter): the span records it."""
+        failure = _handling.get()
+        if failure is not None:
+            failure.append(type(exc).__qualname__)
+        if self._tracer is None:
+            return
+        api = _trace_api
+        span = api.get_current_span()
+        if not span.is_recording():
+            return
+        span.record_exception(exc)
+        span.set_attribute("error.type", type(exc).__qualname__)
+        span.set_status(api.Status(api.StatusCode.ERROR, type(exc).__name__))
+
+    def event(self, what: str) -> None:
+        """Record one step of the loop on the current process span: a settlement or an idempotency outcome.
+
+        ``what`` is a :class:`~portable.messaging.RunStats` field: ``acked``, ``nacked``,
+        ``dead_lettered``, ``released``, ``lost`` are ``settle`` events; ``skipped`` and
+        ``deferred`` are ``portable.idempotency`` events.
+        """
+        if self._tracer is None:
+            return
+        event = _EVENTS.get(what)
+        if event is None:
+            return
+        span = _trace_api.get_current_span()
+        if span.is_recording():
+            span.add_event(event[0], event[1])
+
+
+#: RunStats field -> (event name, attributes) on the process span
+_EVENTS: dict[str, tuple[str, dict[str, str]]] = {
+    "acked": ("settle", {"messaging.operation.name": "ack", "messaging.operation.type": "settle"}),
+    "nacked": ("settle", {"messaging.operation.name": "nack", "messaging.operation.type": "settle"}),
+    "dead_lettered": ("settle", {"messaging.operation.name": "dead_letter", "messaging.operation.type": "settle"}),
+    "released": ("settle", {"messaging.operation.name": "release", "messaging.operation.type": "settle"}),
+    "lost": ("settle", {"messaging.operation.name": "lost", "messaging.operation.type": "settle",
+                        "error.type": "lease_lost"}),
+    "skipped": ("portable.idempotency", {"portable.idempotency.outcome": "completed",
+                                         "portable.messaging.outcome": "skipped"}),
+    "deferred": ("portable.idempotency", {"portable.idempotency.outcome": "in_progress",
+                                          "portable.messaging.outcome": "deferred"}),
+}  # fmt: skip
