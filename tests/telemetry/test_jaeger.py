@@ -74,6 +74,18 @@ def trace_by_id(info: EmulatorInfo, trace_id: str, spans: int) -> dict[str, Any]
     return found if len(found["spans"]) >= spans else None
 
 
+def v3_spans(info: EmulatorInfo, trace_id: str) -> dict[str, dict[str, Any]]:
+    """The spans of trace ``trace_id`` by span id, as OTLP JSON from ``/api/v3/traces/{id}``."""
+    status, body = query(info, f"/api/v3/traces/{trace_id}")
+    assert status == 200, body
+    return {
+        span["spanId"]: span
+        for resource in body["result"]["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    }
+
+
 # --- the backend itself -----------------------------------------------------------------
 
 
@@ -132,15 +144,9 @@ def test_sdk_spans_reach_jaeger_over_otlp_http(jaeger: EmulatorInfo) -> None:
     assert process["serviceName"] == service
 
     # the same trace through the v3 API (OTLP JSON) and through search by service
-    status, body = query(jaeger, f"/api/v3/traces/{trace_id}")
-    assert status == 200, body
-    v3_spans = [
-        span
-        for resource in body["result"]["resourceSpans"]
-        for scope in resource["scopeSpans"]
-        for span in scope["spans"]
-    ]
-    assert sorted(span["name"] for span in v3_spans) == ["child", "parent"]
+    otlp = v3_spans(jaeger, trace_id)
+    assert sorted(span["name"] for span in otlp.values()) == ["child", "parent"]
+    assert otlp[by_name["child"]["spanID"]]["parentSpanId"] == parent_id
     status, body = query(jaeger, f"/api/traces?service={service}&limit=10")
     assert status == 200 and [t["traceID"] for t in body["data"]] == [trace_id]
 
@@ -164,16 +170,18 @@ import portable.messaging as pm
 
 topic = pm.open_topic(url)
 subscription = pm.open_subscription(url)
-message_id = topic.publish(b"hello, jaeger", attributes={"kind": "greeting"})
-seen = {"message_id": message_id}
-done = threading.Event()
 tracer = trace.get_tracer("tests.telemetry.test_jaeger.child")
+with tracer.start_as_current_span("produce greeting") as producer:
+    message_id = topic.publish(b"hello, jaeger", attributes={"kind": "greeting"})
+seen = {"message_id": message_id, "producer_span_id": format(producer.get_span_context().span_id, "016x")}
+done = threading.Event()
 
 def handler(message):
     context = trace.get_current_span().get_span_context()
     seen["handler_trace_id"] = format(context.trace_id, "032x")
     seen["handler_span_id"] = format(context.span_id, "016x")
     seen["body"] = message.body.decode()
+    seen["traceparent"] = message.attributes.get("traceparent")
     with tracer.start_as_current_span("handler work"):
         pass
     done.set()
@@ -207,14 +215,13 @@ def run_child(jaeger: EmulatorInfo, service: str, url: str) -> dict[str, Any]:
 
 
 def find_joined_trace(jaeger: EmulatorInfo, service: str) -> dict[str, Any] | None:
-    """The child's trace that holds a producer span and a consumer span, found by service."""
+    """The child's trace that holds its producer's span and the handler's, found by service."""
     status, body = query(jaeger, f"/api/traces?service={service}&limit=20")
     if status != 200:
         return None
     for found in body.get("data") or []:
-        kinds = {tags(span).get("span.kind") for span in found["spans"]}
         names = {span["operationName"] for span in found["spans"]}
-        if {"producer", "consumer"} <= kinds and "handler work" in names:
+        if {"produce greeting", "handler work"} <= names:
             return dict(found)
     return None
 
@@ -230,36 +237,46 @@ def test_published_and_consumed_message_is_one_trace_in_jaeger(
     assert seen["body"] == "hello, jaeger" and seen["acked"] == 1
 
     found = poll(
-        f"a trace of service {service} with a producer and a consumer span",
+        f"a trace of service {service} with the producer's and the handler's spans",
         lambda: find_joined_trace(jaeger, service),
     )
     spans = found["spans"]
     by_id = {span["spanID"]: span for span in spans}
-    [publish] = [s for s in spans if tags(s).get("span.kind") == "producer"]
-    [process] = [s for s in spans if tags(s).get("span.kind") == "consumer" and
-                 tags(s).get("messaging.operation.type") == "process"]  # fmt: skip
+    [producer] = [s for s in spans if s["operationName"] == "produce greeting"]
+    [publish] = [s for s in spans if tags(s).get("messaging.operation.type") == "send"]
+    [process] = [s for s in spans if tags(s).get("messaging.operation.type") == "process"]
     [work] = [s for s in spans if s["operationName"] == "handler work"]
 
-    # one trace id, the one the handler saw as current
-    assert found["traceID"] == seen["handler_trace_id"]
-    assert {s["traceID"] for s in (publish, process, work)} == {seen["handler_trace_id"]}
-    # the handler ran inside the process span, and the process span descends from the publish
+    # one trace: the producer's, which the message carried and the handler ran in
+    trace_id = found["traceID"]
+    assert trace_id == seen["handler_trace_id"]
+    assert seen["traceparent"].split("-")[1] == trace_id
+    assert {s["traceID"] for s in (producer, publish, process, work)} == {trace_id}
+    assert producer["spanID"] == seen["producer_span_id"] and parent_of(producer) is None
+    # portable's publish span is the producer's child; the process span's parent is the
+    # creation context the message carried (the producer's span), and it links to it too.
+    # Jaeger's model keeps one reference per span id, typed by the link: FOLLOWS_FROM.
+    assert parent_of(publish) == producer["spanID"]
+    refs = [(ref["refType"], ref["spanID"]) for ref in process["references"]]
+    assert refs == [("FOLLOWS_FROM", producer["spanID"])]
+    otlp = v3_spans(jaeger, trace_id)
+    assert otlp[process["spanID"]]["parentSpanId"] == producer["spanID"]
+    assert [link["spanId"] for link in otlp[process["spanID"]]["links"]] == [producer["spanID"]]
     assert process["spanID"] == seen["handler_span_id"]
     assert parent_of(work) == process["spanID"]
-    ancestors = []
-    cursor: str | None = parent_of(process)
-    while cursor is not None and cursor in by_id:
-        ancestors.append(cursor)
-        cursor = parent_of(by_id[cursor])
-    assert publish["spanID"] in ancestors, (publish["spanID"], ancestors)
     # the messaging conventions on both ends
     publish_tags, process_tags = tags(publish), tags(process)
-    assert publish_tags["messaging.operation.type"] in ("send", "create")
-    assert publish_tags["messaging.destination.name"] == process_tags["messaging.destination.name"]
-    assert publish_tags["messaging.destination.name"] in url
-    assert publish_tags.get("messaging.message.id", seen["message_id"]) == seen["message_id"]
-    assert publish["operationName"].endswith(publish_tags["messaging.destination.name"])
-    assert process["operationName"].startswith("process ")
+    destination = publish_tags["messaging.destination.name"]
+    assert destination == "traced" == process_tags["messaging.destination.name"]
+    assert publish_tags["messaging.system"] == process_tags["messaging.system"] == scheme
+    assert publish_tags["messaging.message.id"] == seen["message_id"]
+    assert process_tags["messaging.message.id"] == seen["message_id"]
+    assert publish["operationName"] == f"publish {destination}"
+    assert process["operationName"] == f"process {destination}"
+    assert process_tags["span.kind"] == "consumer"
+    # the ack settles the message inside the process span
+    settles = [s for s in spans if tags(s).get("messaging.operation.type") == "settle"]
+    assert [parent_of(s) for s in settles] == [process["spanID"]]
     # and the same trace by id: the search above is not the only way in
-    same = trace_by_id(jaeger, found["traceID"], len(spans))
+    same = trace_by_id(jaeger, trace_id, len(spans))
     assert same is not None and {s["spanID"] for s in same["spans"]} == set(by_id)
