@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind
 
+from portable.messaging import open_driver
 from tests.emulators import create
 from tests.emulators.fixtures import unavailable
 from tests.emulators.harness import EmulatorInfo, http_request, is_listening, listening_sockets
@@ -196,10 +197,11 @@ print(json.dumps(seen))
 """
 
 
-def run_child(jaeger: EmulatorInfo, service: str, url: str) -> dict[str, Any]:
-    env = dict(os.environ)
-    env.pop("OTEL_SDK_DISABLED", None)
-    env.pop("OTEL_TRACES_EXPORTER", None)
+def run_child(
+    jaeger: EmulatorInfo, service: str, url: str, extra_env: dict[str, str]
+) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AWS_"))}
+    env.update(extra_env)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, jaeger.endpoints["otlp_traces_url"], service, url],
         capture_output=True,
@@ -226,14 +228,36 @@ def find_joined_trace(jaeger: EmulatorInfo, service: str) -> dict[str, Any] | No
     return None
 
 
-@pytest.mark.parametrize("scheme", ["sqlite"])
+@pytest.fixture(params=["sqlite", "sqs"])
+def traced_queue(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """``(messaging.system, queue URL, environment)`` of a queue named ``traced``: sqlite, SQS on moto."""
+    if request.param == "sqlite":
+        yield "sqlite", f"sqlite://{tmp_path}/queue.db?name=traced", {}
+        return
+    moto: EmulatorInfo = request.getfixturevalue("moto_server")
+    env = {k: moto.env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")}
+    query = f"region={moto.endpoints['region']}&endpoint_url={moto.endpoints['endpoint_url']}"
+    name = f"traced-{uuid.uuid4().hex[:8]}"
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        driver = open_driver(f"sqs://{name}?{query}")
+        try:
+            with driver.temporary(name) as url:
+                yield "aws_sqs", url, env
+        finally:
+            driver.close()
+
+
 def test_published_and_consumed_message_is_one_trace_in_jaeger(
-    jaeger: EmulatorInfo, tmp_path: Path, scheme: str
+    jaeger: EmulatorInfo, traced_queue: tuple[str, str, dict[str, str]]
 ) -> None:
     """Publish through portable, consume with ``Subscription.run``, find the joined trace in Jaeger."""
+    system, url, env = traced_queue
     service = f"portable-test-{uuid.uuid4().hex[:12]}"
-    url = f"sqlite://{tmp_path}/queue.db?name=traced"
-    seen = run_child(jaeger, service, url)
+    seen = run_child(jaeger, service, url, env)
     assert seen["body"] == "hello, jaeger" and seen["acked"] == 1
 
     found = poll(
@@ -267,8 +291,9 @@ def test_published_and_consumed_message_is_one_trace_in_jaeger(
     # the messaging conventions on both ends
     publish_tags, process_tags = tags(publish), tags(process)
     destination = publish_tags["messaging.destination.name"]
-    assert destination == "traced" == process_tags["messaging.destination.name"]
-    assert publish_tags["messaging.system"] == process_tags["messaging.system"] == scheme
+    assert destination.startswith("traced")
+    assert destination == process_tags["messaging.destination.name"]
+    assert publish_tags["messaging.system"] == process_tags["messaging.system"] == system
     assert publish_tags["messaging.message.id"] == seen["message_id"]
     assert process_tags["messaging.message.id"] == seen["message_id"]
     assert publish["operationName"] == f"publish {destination}"
