@@ -35,7 +35,7 @@ made): a tracing configuration that made no spans is flagged, not reported as ch
 Results: medians with min-max over rounds, ratios against ``off`` (or ``base``),
 and the absolute overhead per call in microseconds against that reference, three ways:
 of the medians, of the fastest rounds, and the median of the round-by-round differences
-(``paired``: each round's runs are seconds apart, so a slow phase of the machine cancels;
+(``paired``: one round's runs of an operation are within about a second, so a slow phase cancels;
 the summary uses it); the load
 average before and after. Written to bench/results/otel.{json,md}
 (``otel-quick`` with ``--quick``). Target: ``off`` and ``no-sdk`` within 1 us per call
@@ -327,7 +327,7 @@ def main() -> None:
             row["overhead_us_vs_" + reference] = round(row["us_per_op"] - ref_us, 3)
             # the fastest rounds: least disturbed by neighbours on a shared machine
             row["best_round_overhead_us"] = round(1e6 / row["max"] - ref_best_us, 3)
-            # round by round against the reference's run of the same round (seconds apart),
+            # round by round against the reference's run of the same round (about a second apart),
             # then the median: a slow phase of the machine cancels out
             paired = [
                 1e6 / mine - 1e6 / theirs
