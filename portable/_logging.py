@@ -29,7 +29,28 @@ from typing import Any
 
 from .driver.redaction import redact, scrub_exception_chain
 
-__all__ = ["MASKED_LOGGERS", "SecretMaskingFilter", "install_secret_masking", "is_masked_logger"]
+__all__ = [
+    "DOMAIN_LOGGERS",
+    "MASKED_LOGGERS",
+    "SecretMaskingFilter",
+    "domain_logger",
+    "install_secret_masking",
+    "is_masked_logger",
+]
+
+#: portable's own loggers, one per domain (docs/logging.md): what each says and at which level
+DOMAIN_LOGGERS: dict[str, str] = {
+    "storage": "portable.storage",
+    "messaging": "portable.messaging",
+    "compute": "portable.compute",
+    "idempotency": "portable.idempotency",
+    "resilience": "portable.resilience",
+}
+
+
+def domain_logger(domain: str) -> logging.Logger:
+    """The logger of ``domain`` ("storage", "messaging", ...); ``portable.resilience`` for any other."""
+    return logging.getLogger(DOMAIN_LOGGERS.get(domain, "portable.resilience"))
 
 #: Loggers (with their children) whose records are masked: the SDKs the drivers use, and portable's own.
 MASKED_LOGGERS: tuple[str, ...] = (

@@ -190,7 +190,10 @@ class Launcher:
         self.url = url
         self._guard = Guard(driver.scheme, driver.endpoint, driver, policy)
         # a submit without an idempotency key must not be retried: a lost answer could mean a launched job
-        self._guard_no_retry = Guard(driver.scheme, driver.endpoint, _NoRetry(driver), policy)
+        self._guard_no_retry = Guard(
+            driver.scheme, driver.endpoint, _NoRetry(driver), policy,
+            target=self._guard.target, domain=self._guard.domain,
+        )  # fmt: skip
         self._events = None if events is None else _JobEvents(self, events, own_events)
 
     def __repr__(self) -> str:

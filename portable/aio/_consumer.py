@@ -118,7 +118,7 @@ class AsyncConsumerLoop:
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending: set[asyncio.Future[Any]] = set()  # late releases, awaited before run() returns
         # None unless tracing or metrics are on; the lag gauge reads the sync twin's stats()
-        self.telemetry = ConsumerTelemetry.of(sub.provider, redact(sub.url), sub.sync.stats)
+        self.telemetry = ConsumerTelemetry.of(sub.provider, sub._guard.target, redact(sub.url), sub.sync.stats)
 
     def _count(self, field_name: str) -> None:
         setattr(self.stats, field_name, getattr(self.stats, field_name) + 1)

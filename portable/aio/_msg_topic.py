@@ -124,7 +124,7 @@ class AsyncTopic(AsyncMessagingClient[Topic, AsyncTopicDriver]):
             NotFound: the topic does not exist.
         """
         message = self._sync._message(body, key, attributes, idempotency_key)
-        return await self._guard.acall("publish", self._what, self._aside.publish, message)
+        return await self._guard.acall("publish", self._what, self._sync._asender(self._aside.publish), message)
 
     async def publish_batch(self, messages: Iterable[bytes | OutgoingMessage]) -> list[str]:
         """Publish many messages; return their ids in order (see :meth:`Topic.publish_batch`).
@@ -134,10 +134,13 @@ class AsyncTopic(AsyncMessagingClient[Topic, AsyncTopicDriver]):
         were published.
         """
         ids: list[str] = []
-        for chunk in self._sync._chunks(messages):
-            results = await self._guard.acall("publish", self._what, self._aside.publish_batch, chunk)
+        chunks = self._sync._chunks(messages)
+        publish_batch = self._sync._asender(self._aside.publish_batch)
+        publish = self._sync._asender(self._aside.publish)
+        for chunk in chunks:
+            results = await self._guard.acall("publish", self._what, publish_batch, chunk)
             for i in self._sync._retry_items(chunk, results):
-                results[i] = await self._guard.acall("publish", self._what, self._aside.publish, chunk[i])
+                results[i] = await self._guard.acall("publish", self._what, publish, chunk[i])
             ids += cast("list[str]", results)  # every error was replaced by an id, or raised
         return ids
 
@@ -150,7 +153,7 @@ class AsyncTopic(AsyncMessagingClient[Topic, AsyncTopicDriver]):
     ) -> str:
         """Publish a CloudEvent; return the message id (see :meth:`Topic.publish_event`)."""
         message = self._sync._event_message(event, mode, key)
-        return await self._guard.acall("publish", self._what, self._aside.publish, message)
+        return await self._guard.acall("publish", self._what, self._sync._asender(self._aside.publish), message)
 
     async def _republish(self, message: Delivery, reason: str, source: str) -> str:
         """Publish a dead-lettered copy of ``message`` (as :meth:`Topic._republish`)."""

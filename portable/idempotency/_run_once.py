@@ -25,6 +25,7 @@ from ..driver.idempotency import (
 )
 from ..errors import InProgress, InvalidArgument, PreconditionFailed, TooLarge
 from ..resilience import remaining
+from ..telemetry._observe import CLAIM_OBSERVERS, notify_claim
 from ._open import open_store
 
 if TYPE_CHECKING:
@@ -125,6 +126,20 @@ def _release_quietly(store: IdempotencyStore, key: str, token: str) -> None:
         store.release(key, token)
 
 
+def _claim(store: IdempotencyStore, key: str, payload_fingerprint: str, lease: float, ttl: float) -> Claim:
+    """``store.claim``, told to the claim observers (tracing: a ``claim`` span with its outcome) if any."""
+    if not CLAIM_OBSERVERS:
+        return store.claim(key, payload_fingerprint, lease=lease, ttl=ttl)
+    started = time.time_ns()
+    try:
+        claim = store.claim(key, payload_fingerprint, lease=lease, ttl=ttl)
+    except BaseException as exc:
+        notify_claim(store, key, None, exc, started)
+        raise
+    notify_claim(store, key, claim, None, started)
+    return claim
+
+
 def run_once(
     store: IdempotencyStore,
     key: str,
@@ -162,10 +177,10 @@ def run_once(
             released (the effect ran, but the key is free again).
     """
     waiter = _Waiter(key, wait)
-    claim = store.claim(key, payload_fingerprint, lease=lease, ttl=ttl)
+    claim = _claim(store, key, payload_fingerprint, lease, ttl)
     while (pause := waiter.pause(claim)) is not None:
         time.sleep(pause)
-        claim = store.claim(key, payload_fingerprint, lease=lease, ttl=ttl)
+        claim = _claim(store, key, payload_fingerprint, lease, ttl)
     if claim.status == "completed":
         return _stored_result(claim, decode)
     token = claim.token
@@ -211,7 +226,11 @@ async def arun_once(
     astore = as_async_store(store)
     waiter = _Waiter(key, wait)
     while True:
+        started = time.time_ns() if CLAIM_OBSERVERS else 0
         claiming, cancelled = await settle(astore.claim(key, payload_fingerprint, lease=lease, ttl=ttl))
+        if started and claiming.done() and not claiming.cancelled():
+            failed = claiming.exception()
+            notify_claim(store, key, None if failed else claiming.result(), failed, started)
         if cancelled or claiming.cancelled():
             if not claiming.cancelled() and claiming.exception() is None:
                 landed = claiming.result()

@@ -279,7 +279,7 @@ class ConsumerLoop:
         )
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="portable-consumer")
         # None unless tracing or metrics are on (see portable.telemetry._propagation)
-        self.telemetry = ConsumerTelemetry.of(sub.provider, redact(sub.url), sub.stats)
+        self.telemetry = ConsumerTelemetry.of(sub.provider, sub._guard.target, redact(sub.url), sub.stats)
 
     # -- bookkeeping ------------------------------------------------------
     def _count(self, field_name: str) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Literal, cast, overload
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, TypeVar, cast, overload
 
 from ..cloudevents import CloudEvent, to_message
 from ..config import Profile
@@ -22,11 +22,12 @@ from ..driver.messaging import (
 from ..driver.redaction import redact
 from ..errors import InvalidArgument, PortableError, TooLarge
 from ..resilience import ResiliencePolicy
-from ..telemetry._propagation import message_context, tracing
+from ..telemetry._propagation import TRACEPARENT, TRACESTATE, message_context, tracing
 from ._open import MessagingClient, Resolved
 from ._validation import as_body, attribute_text, check_attributes, check_token
 
 log = logging.getLogger("portable.messaging")
+T = TypeVar("T")
 
 
 class Topic(MessagingClient[TopicDriver]):
@@ -137,9 +138,8 @@ class Topic(MessagingClient[TopicDriver]):
             InvalidArgument / InvalidKey / TooLarge: bad input, before any request.
             NotFound: the topic does not exist.
         """
-        return self._guard.call(
-            "publish", self._what, self._side.publish, self._message(body, key, attributes, idempotency_key)
-        )
+        message = self._message(body, key, attributes, idempotency_key)
+        return self._guard.call("publish", self._what, self._sender(self._side.publish), message)
 
     def _message(
         self, body: object, key: object, attributes: object, idempotency_key: object, *, traced: bool = True
@@ -161,6 +161,39 @@ class Topic(MessagingClient[TopicDriver]):
                 )
             return OutgoingMessage(body)
         return self._outgoing(body, key, attributes, idempotency_key)
+
+    def _sender(self, send: Callable[[Any], T]) -> Callable[[Any], T]:
+        """``send`` (a driver's ``publish`` or ``publish_batch``), or with tracing on, ``send``
+        giving each message that carries the caller's context the context current inside the
+        guarded call instead: the guard's ``send`` span, where portable is instrumented (the
+        conventions: with no "create" span, the send span's context is the one injected).
+        A traceparent other than the caller's current one (a caller's own) is left alone.
+        """
+        if not tracing():
+            return send
+        ambient = message_context(None)
+        if ambient is None:
+            return send
+
+        def in_send_span(messages: Any) -> T:
+            return send(in_send_context(messages, ambient))
+
+        in_send_span.__name__ = send.__name__  # the operation observers see
+        return in_send_span
+
+    def _asender(self, send: Callable[[Any], Awaitable[T]]) -> Callable[[Any], Awaitable[T]]:
+        """:meth:`_sender` for an async driver's ``publish`` / ``publish_batch``."""
+        if not tracing():
+            return send
+        ambient = message_context(None)
+        if ambient is None:
+            return send
+
+        async def in_send_span(messages: Any) -> T:
+            return await send(in_send_context(messages, ambient))
+
+        in_send_span.__name__ = send.__name__
+        return in_send_span
 
     def _goes_bare(self, key: object, attributes: object, idempotency_key: object) -> bool:
         """Whether a message with these fields travels as a bare body (so it gets no trace context)."""
@@ -185,10 +218,12 @@ class Topic(MessagingClient[TopicDriver]):
         current span's (the batch's one creation context).
         """
         ids: list[str] = []
-        for chunk in self._chunks(messages):
-            results = self._guard.call("publish", self._what, self._side.publish_batch, chunk)
+        chunks = self._chunks(messages)
+        publish_batch, publish = self._sender(self._side.publish_batch), self._sender(self._side.publish)
+        for chunk in chunks:
+            results = self._guard.call("publish", self._what, publish_batch, chunk)
             for i in self._retry_items(chunk, results):
-                results[i] = self._guard.call("publish", self._what, self._side.publish, chunk[i])
+                results[i] = self._guard.call("publish", self._what, publish, chunk[i])
             ids += cast("list[str]", results)  # every error was replaced by an id, or raised
         return ids
 
@@ -276,7 +311,8 @@ class Topic(MessagingClient[TopicDriver]):
                 carries (SQS: 10, one of them the idempotency key); use
                 ``mode="structured"``. Nothing is sent.
         """
-        return self._guard.call("publish", self._what, self._side.publish, self._event_message(event, mode, key))
+        message = self._event_message(event, mode, key)
+        return self._guard.call("publish", self._what, self._sender(self._side.publish), message)
 
     def _event_message(
         self, event: CloudEvent, mode: Literal["binary", "structured"], key: str | None
@@ -341,6 +377,26 @@ class LazyOutgoingMessages(Sequence[OutgoingMessage]):
     def __iter__(self) -> Iterator[OutgoingMessage]:
         for m in self._items:
             yield OutgoingMessage(m) if isinstance(m, bytes) else m
+
+
+def in_send_context(messages: Any, ambient: Mapping[str, str]) -> Any:
+    """``messages`` (one OutgoingMessage or a chunk) with the context current now in place of
+    ``ambient`` (the caller's, added when the messages were made), where it differs."""
+    fresh = message_context(None)
+    if fresh is None or fresh.get(TRACEPARENT) == ambient.get(TRACEPARENT):
+        return messages
+    mine = ambient[TRACEPARENT]
+
+    def moved(m: OutgoingMessage) -> OutgoingMessage:
+        if m.attributes.get(TRACEPARENT) != mine:
+            return m
+        attributes = {n: v for n, v in m.attributes.items() if n != TRACESTATE}
+        attributes.update(fresh)
+        return OutgoingMessage(m.body, attributes, m.key, m.idempotency_key)
+
+    if isinstance(messages, OutgoingMessage):
+        return moved(messages)
+    return LazyOutgoingMessages([moved(m) for m in messages])
 
 
 def open_topic(

@@ -12,10 +12,13 @@ first attempt of ``Guard.call`` and ``Guard.acall`` needs none of it, so an
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._logging import domain_logger
+from ..driver.redaction import redact
 from ..errors import CircuitOpen, ErrorCode, PortableError
 from ._breaker import CircuitBreaker
 from ._deadline import DEADLINE_AT, deadline_error
@@ -140,12 +143,12 @@ class Attempts:
         breaker = self.breaker
         judged = bool(self.probe) and breaker is not None
         if judged:
-            breaker.record(healthy, self.probe)  # type: ignore[union-attr]
+            breaker.record(healthy, self.probe, err.code)  # type: ignore[union-attr]
         try:
             delay = self._wait_before_retry(err, exc)
         except BaseException:
             if breaker is not None and not judged:
-                breaker.record(healthy)  # the call ends here: this is what its caller sees
+                breaker.record(healthy, 0, err.code)  # the call ends here: this is what its caller sees
             if self.scopes:
                 self._tell_final(err)
             raise
@@ -153,6 +156,21 @@ class Attempts:
             from ..telemetry._observe import notify_attempt_failed
 
             notify_attempt_failed(self.scopes, self.attempt, err, delay)
+        log = domain_logger(self.guard.domain)
+        if log.isEnabledFor(logging.INFO):
+            guard = self.guard
+            log.info(
+                "retrying %s on %s %s in %.3fs: attempt %d failed with %s (%s)",
+                self.what, guard.provider, redact(guard.endpoint), delay, self.attempt,
+                err.code.name, type(err).__name__,
+                extra={
+                    "portable_provider": guard.provider,
+                    "portable_endpoint": redact(guard.endpoint),
+                    "portable_error_code": err.code.name,
+                    "portable_attempt": self.attempt,
+                    "portable_retry_in": delay,
+                },
+            )  # fmt: skip
         return delay
 
     def _tell_final(self, err: PortableError) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
 from ..driver.redaction import redact
-from ..errors import CircuitOpen, InvalidArgument
+from ..errors import CircuitOpen, ErrorCode, InvalidArgument
 from ..telemetry._observe import BREAKER_LISTENERS
 from ._budget import reset_retry_budgets
 from ._policy import BreakerPolicy
@@ -30,6 +31,9 @@ _CLOSED = BreakerState.CLOSED
 BreakerListener = Callable[["CircuitBreaker", str, str], None]
 #: the same list as the telemetry's (portable.telemetry._observe), which cannot import this module
 _LISTENERS_OF_EVERY_BREAKER: list[BreakerListener] = BREAKER_LISTENERS
+#: every state change is logged here at WARNING, with the breaker's name (its redacted endpoint)
+#: and the code of the last failure it counted
+_log = logging.getLogger("portable.resilience")
 
 
 class CircuitBreaker:
@@ -53,6 +57,7 @@ class CircuitBreaker:
         "_clock",
         "_generation",
         "_half_open_at",
+        "_last_code",
         "_listeners",
         "_lock",
         "_outcomes",
@@ -76,6 +81,7 @@ class CircuitBreaker:
         self._probe_successes = 0
         self._generation = 0
         self._half_open_at = 0.0
+        self._last_code: ErrorCode | None = None
         self._listeners: list[BreakerListener] = []
 
     def __repr__(self) -> str:
@@ -133,17 +139,20 @@ class CircuitBreaker:
             self._notify(*changed)
         return ticket
 
-    def record(self, success: bool, probe: int = 0) -> None:
+    def record(self, success: bool, probe: int = 0, code: ErrorCode | None = None) -> None:
         """Tally one outcome of a call admitted by :meth:`before_call`.
 
         Args:
             success: the provider answered (an error such as NotFound is a
                 healthy answer; the Guard decides).
             probe: the ticket :meth:`before_call` returned.
+            code: the failure's error code, for the log line of a state change.
         """
         if success and not probe and self.state is _CLOSED:
             self._outcomes.append(True)  # atomic; the full window drops its oldest
             return
+        if not success and code is not None:
+            self._last_code = code
         changed = None
         with self._lock:
             if probe:
@@ -204,6 +213,19 @@ class CircuitBreaker:
         return old, new
 
     def _notify(self, old: str, new: str) -> None:
+        code = self._last_code
+        try:
+            _log.warning(
+                "circuit breaker %s: %s -> %s (last failure: %s; failure rate %.0f%%)",
+                self.name, old, new, "none" if code is None else code.name, 100 * self.failure_rate(),
+                extra={
+                    "portable_breaker": self.name,
+                    "portable_breaker_state": new,
+                    "portable_error_code": None if code is None else code.name,
+                },
+            )  # fmt: skip
+        except Exception:
+            pass  # logging must not break the call that changed the state
         for listener in (*self._listeners, *_LISTENERS_OF_EVERY_BREAKER):
             try:
                 listener(self, old, new)

@@ -24,9 +24,13 @@ __all__ = [
     "CallObserver",
     "CallScope",
     "BREAKER_LISTENERS",
+    "CLAIM_OBSERVERS",
+    "ClaimObserver",
     "add_observer",
     "describe_driver",
+    "key_hash",
     "notify_attempt_failed",
+    "notify_claim",
     "notify_ended",
     "notify_rejected",
     "observing",
@@ -113,6 +117,23 @@ class CallObserver(Protocol):
 #: the registered observers, in registration order; the guard reads it on every call
 OBSERVERS: list[CallObserver] = []
 
+class ClaimObserver(Protocol):
+    """Something told of every idempotency claim (``run_once``, ``arun_once``, the consumer loop)."""
+
+    def claimed(
+        self, store: object, key: str, claim: Any, error: BaseException | None, started_ns: int, ended_ns: int
+    ) -> None:
+        """A claim of ``key`` in ``store`` ran from ``started_ns`` to ``ended_ns`` (``time.time_ns()``).
+
+        ``claim`` is the :class:`~portable.driver.idempotency.Claim` it returned (its ``status``:
+        acquired, completed, in_progress), or None when it raised ``error``. Never log ``key``
+        raw: it may be a customer's identifier; use :func:`key_hash`.
+        """
+
+
+#: the registered claim observers; run_once reads this list's truth before it notes the time
+CLAIM_OBSERVERS: list[ClaimObserver] = []
+
 #: ``listener(breaker, old_state, new_state)`` for every state change of every circuit breaker
 #: (:func:`portable.resilience.add_breaker_listener` adds to it; kept here so that telemetry
 #: can listen without importing portable.resilience, which imports this module)
@@ -159,9 +180,14 @@ def describe_driver(driver: object) -> tuple[str, str]:
 
     The domain comes from the driver's base classes; the target from the first of
     ``bucket``, ``container``, ``queue``, ``topic``, ``table``, ``collection``, ``name``
-    it holds as a string, else the last part of a ``mem://``, ``file://`` or ``local://``
+    it (or the driver it wraps, ``inner``) holds as a string, else the last part of a ``mem://``, ``file://`` or ``local://``
     endpoint (redacted); "" when it holds none.
     """
+    inner = getattr(driver, "inner", None)  # a wrapper (chaos+) addresses what the driver it wraps does
+    if inner is not None and inner is not driver and not isinstance(inner, str):
+        found = describe_driver(inner)
+        if found[1]:
+            return found
     names = {cls.__name__ for cls in type(driver).__mro__}
     domain = next((found for base, found in _DOMAINS if base in names), "")
     target = ""
@@ -223,6 +249,25 @@ def notify_rejected(scopes: list[CallScope], exc: BaseException) -> None:
             scope.rejected(exc)
         except Exception:
             pass
+
+
+def notify_claim(store: object, key: str, claim: Any, error: BaseException | None, started_ns: int) -> None:
+    """Tell every claim observer of one claim that started at ``started_ns`` and ended now."""
+    import time
+
+    ended_ns = time.time_ns()
+    for observer in tuple(CLAIM_OBSERVERS):
+        try:
+            observer.claimed(store, key, claim, error, started_ns, ended_ns)
+        except Exception:
+            pass
+
+
+def key_hash(key: str) -> str:
+    """A short, stable stand-in for an idempotency key in span names and logs (16 hex digits of its SHA-256)."""
+    import hashlib
+
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def notify_ended(scopes: list[CallScope], error: BaseException | None, result: Any) -> None:

@@ -40,7 +40,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..driver.redaction import redact
 from ._metrics import Instruments
-from ._observe import CallInfo, add_observer
+from ._observe import CLAIM_OBSERVERS, CallInfo, add_observer, key_hash
 
 __all__ = ["OtelObserver", "error_type", "instrument", "instrumented", "refresh", "uninstrument"]
 
@@ -71,6 +71,8 @@ def error_type(exc: BaseException) -> str:
 
 def _server(endpoint: str) -> tuple[str, int | None] | None:
     """``(server.address, server.port)`` of a network endpoint; None for mem://, file://, sqlite://..."""
+    if endpoint.startswith("chaos+"):
+        endpoint = endpoint[len("chaos+") :]
     if "://" in endpoint:
         scheme, rest = endpoint.split("://", 1)
         if scheme not in ("http", "https", "grpc", "grpcs"):
@@ -153,19 +155,31 @@ def _domain_of_class(op_class: str) -> str:
     return ""
 
 
+_BYTES = (bytes, bytearray, memoryview)
+
+
 def _body_size(item: Any) -> int:
+    if isinstance(item, _BYTES):
+        return len(item)
     body = getattr(item, "body", None)
-    return len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
+    return len(body) if isinstance(body, _BYTES) else 0
+
+
+def _batch(arg: Any) -> list[Any] | tuple[Any, ...] | None:
+    """The items of a batch argument (a list, or the topic's lazy batch of messages and bodies)."""
+    if isinstance(arg, (list, tuple)):
+        return arg
+    items = getattr(arg, "_items", None)
+    return items if isinstance(items, list) else None
 
 
 def sent_bytes(args: tuple[Any, ...]) -> int:
     """Bytes a call sends: its bytes-like arguments and its messages' bodies."""
     total = 0
     for arg in args:
-        if isinstance(arg, (bytes, bytearray, memoryview)):
-            total += len(arg)
-        elif isinstance(arg, (list, tuple)):
-            total += sum(_body_size(item) for item in arg)
+        items = _batch(arg)
+        if items is not None:
+            total += sum(_body_size(item) for item in items)
         else:
             total += _body_size(arg)
     return total
@@ -262,8 +276,10 @@ def _messaging_result(span: Any, info: CallInfo, result: Any) -> None:
     op = info.operation
     if op == "publish" and isinstance(result, str):
         span.set_attribute("messaging.message.id", result)
-    elif op == "publish_batch" and info.args and isinstance(info.args[0], (list, tuple)):
-        span.set_attribute("messaging.batch.message_count", len(info.args[0]))
+    elif op == "publish_batch" and info.args:
+        items = _batch(info.args[0])
+        if items is not None:
+            span.set_attribute("messaging.batch.message_count", len(items))
     elif op == "receive" and isinstance(result, list):
         span.set_attribute("messaging.batch.message_count", len(result))
         if len(result) == 1:
@@ -305,6 +321,39 @@ class OtelObserver:
         return _Scope(self, info, shape, span, token)
 
 
+    def claimed(
+        self, store: object, key: str, claim: Any, error: BaseException | None, started_ns: int, ended_ns: int
+    ) -> None:
+        """One idempotency claim: a span ``claim {key hash}`` with the outcome as an event, and a count."""
+        outcome = "error" if error is not None else str(getattr(claim, "status", "unknown"))
+        kind = None if error is None else error_type(error)
+        store_kind = type(store).__name__
+        if self.tracer is not None:
+            hashed = key_hash(key)
+            attributes: dict[str, Any] = {
+                "portable.idempotency.store": store_kind,
+                "portable.idempotency.key_hash": hashed,
+                "portable.idempotency.outcome": outcome,
+            }
+            starts = getattr(claim, "starts", None)
+            if isinstance(starts, int):
+                attributes["portable.idempotency.starts"] = starts
+            span = self.tracer.start_span(f"claim {hashed}", attributes=attributes, start_time=started_ns)
+            event: dict[str, Any] = {"portable.idempotency.outcome": outcome}
+            if kind is not None:
+                event["error.type"] = kind
+            span.add_event("idempotency.outcome", event, timestamp=ended_ns)
+            if kind is not None:
+                span.set_attribute("error.type", kind)
+                span.set_status(Status(StatusCode.ERROR, redact(str(error))[:300]))
+            span.end(end_time=ended_ns)
+        if self.instruments is not None:
+            attrs = {"portable.idempotency.store": store_kind, "portable.idempotency.outcome": outcome}
+            if kind is not None:
+                attrs["error.type"] = kind
+            self.instruments.claims.add(1, attrs)
+
+
 # -- registration ---------------------------------------------------------------------------
 
 _lock = threading.RLock()
@@ -340,6 +389,8 @@ def _register(tracer_provider: Any, meter_provider: Any) -> OtelObserver | None:
     if _remove is not None:
         _remove()
         _remove = None
+    if _registered is not None and _registered in CLAIM_OBSERVERS:
+        CLAIM_OBSERVERS.remove(_registered)
     _registered = None
     if tracer_provider is None and meter_provider is None:
         watch_breakers(None)
@@ -347,6 +398,7 @@ def _register(tracer_provider: Any, meter_provider: Any) -> OtelObserver | None:
     observer = OtelObserver(tracer_provider, meter_provider)
     _registered = observer
     _remove = add_observer(observer)
+    CLAIM_OBSERVERS.append(observer)
     watch_breakers(observer.instruments)
     return observer
 

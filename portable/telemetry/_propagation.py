@@ -31,10 +31,12 @@ Jobs: :func:`job_environment` gives ``TRACEPARENT`` (and ``TRACESTATE``) for a
 job launched while a span is current, the variables the OpenTelemetry
 environment-carrier proposal names.
 
-"Off" is one check: opentelemetry-api is not importable, or no tracer
-provider is set (the global is the API's proxy or its no-op). Then nothing is
-added, no span is made and no opentelemetry module is imported by this one.
-This module imports no other part of portable but the standard library.
+On and off with the guard's own spans (:mod:`portable.telemetry._otel`): while
+portable is instrumented (a real global provider set, or
+:func:`portable.telemetry.instrument`), spans go to its tracer provider and
+metrics to its meter provider; otherwise ("off": opentelemetry-api absent, no
+provider, or ``uninstrument()``) nothing is added and no span is made, at the
+cost of one check of the guard's observer list per publish.
 """
 
 from __future__ import annotations
@@ -42,12 +44,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from ._observe import OBSERVERS
 
 __all__ = [
     "TRACEPARENT",
@@ -67,13 +72,10 @@ TRACESTATE = "tracestate"
 _CARRIER_NAMES = (TRACEPARENT, "ce_traceparent", "ce-traceparent")
 
 #: ``messaging.system`` per scheme: the conventions' well-known values where one applies
-_SYSTEMS = {"sqs": "aws_sqs", "pubsub": "gcp_pubsub", "kafka": "kafka", "azqueue": "azure_storage_queue"}
+_SYSTEMS = {"sqs": "aws_sqs", "pubsub": "gcp_pubsub", "kafka": "kafka", "azqueue": "azure_queue"}
 
 # The lazily imported API: None until first looked at, False when opentelemetry-api is absent.
 _trace_api: Any = None
-_metrics_api: Any = None
-_tracing_on = False  # a real tracer provider was seen: the global cannot be set again, so it stays on
-_metrics_on = False
 _lock = threading.Lock()
 
 
@@ -89,59 +91,22 @@ def _load_trace() -> Any:
     return _trace_api
 
 
-def _load_metrics() -> Any:
-    global _metrics_api
-    if _metrics_api is None:
-        try:
-            from opentelemetry import metrics
-        except ImportError:
-            _metrics_api = False
-        else:
-            _metrics_api = metrics
-    return _metrics_api
+def _observer() -> Any:
+    """portable's OpenTelemetry observer while portable is instrumented (see :func:`portable.telemetry.instrument`), else None."""
+    if not OBSERVERS:  # nothing observes the guard: off, at the cost of this check
+        return None
+    otel = sys.modules.get("portable.telemetry._otel")
+    return None if otel is None else otel.instrumented()
 
 
 def tracing() -> bool:
-    """Whether spans are recorded: opentelemetry-api is importable and a tracer provider is set."""
-    return _tracing_on or _check_tracing()
+    """Whether portable makes spans now: it is instrumented with a tracer provider.
 
-
-def _check_tracing() -> bool:
-    global _tracing_on
-    api = _trace_api
-    if api is None:
-        api = _load_trace()
-    if api is False:
-        return False
-    # the API's global, read without a call: None until a provider is set (or first asked for
-    # through get_tracer_provider, which installs one named by OTEL_PYTHON_TRACER_PROVIDER)
-    provider = getattr(api, "_TRACER_PROVIDER", _UNKNOWN)
-    if provider is None:
-        return False
-    if provider is _UNKNOWN:  # an API without that global: ask the public way
-        provider = api.get_tracer_provider()
-    if isinstance(provider, api.ProxyTracerProvider | api.NoOpTracerProvider):
-        return False
-    _tracing_on = True
-    return True
-
-
-_UNKNOWN = object()
-
-
-def _metering() -> bool:
-    """Whether metrics are recorded: opentelemetry-api is importable and a meter provider is set."""
-    global _metrics_on
-    if _metrics_on:
-        return True
-    api = _load_metrics()
-    if api is False:
-        return False
-    provider = api.get_meter_provider()
-    if type(provider).__name__ in ("_ProxyMeterProvider", "NoOpMeterProvider"):
-        return False
-    _metrics_on = True
-    return True
+    The same switch as the guard's CLIENT spans: on when a real global tracer provider is
+    set (or :func:`portable.telemetry.instrument` was called), off after ``uninstrument()``.
+    """
+    observer = _observer()
+    return observer is not None and observer.tracer_provider is not None
 
 
 _propagator: Any = None
@@ -164,7 +129,7 @@ def message_context(attributes: Mapping[str, str] | None) -> dict[str, str] | No
     context is never overwritten). Else ``{"traceparent": ..., "tracestate": ...}``
     (``tracestate`` only when the span's is not empty).
     """
-    if not (_tracing_on or _check_tracing()):
+    if not tracing():
         return None
     if attributes and any(name in attributes for name in _CARRIER_NAMES):
         return None
@@ -175,7 +140,7 @@ def message_context(attributes: Mapping[str, str] | None) -> dict[str, str] | No
 
 def job_environment(env: Mapping[str, str]) -> dict[str, str] | None:
     """``TRACEPARENT`` / ``TRACESTATE`` for a job launched now, or None (tracing off, no span, or ``env`` sets one)."""
-    if not _tracing_on and not _check_tracing():
+    if not tracing():
         return None
     if "TRACEPARENT" in env or "TRACESTATE" in env:
         return None
@@ -205,8 +170,10 @@ def creation_context(attributes: Mapping[str, str]) -> Any:
 
 
 def messaging_system(provider: str) -> str:
-    """``messaging.system`` of a scheme: ``aws_sqs``, ``gcp_pubsub``, ``kafka``; else the scheme."""
-    return _SYSTEMS.get(provider, provider)
+    """``messaging.system`` of a scheme, as the guard's spans give it (``aws_sqs``, ``gcp_pubsub``, ``kafka``)."""
+    otel = sys.modules.get("portable.telemetry._otel")
+    systems: Mapping[str, str] = getattr(otel, "MESSAGING_SYSTEMS", None) or _SYSTEMS
+    return systems.get(provider, provider)
 
 
 def destination_name(url: str) -> str:
@@ -221,10 +188,10 @@ def destination_name(url: str) -> str:
 
 
 class _Instruments:
-    """The consumer's instruments, made once per process on the first loop that meters."""
+    """The consumer's instruments on one meter provider, made on the first loop that meters with it."""
 
-    def __init__(self) -> None:
-        meter = _load_metrics().get_meter("portable.messaging")
+    def __init__(self, meter_provider: Any) -> None:
+        meter = meter_provider.get_meter("portable.messaging")
         self.duration = meter.create_histogram(
             "messaging.process.duration", unit="s", description="Duration of processing operation."
         )
@@ -247,48 +214,58 @@ class _Instruments:
                 yield Observation(available, loop.metric_attributes)
 
 
-_instruments: _Instruments | None = None
+#: the instruments per meter provider (instrument() may be given another provider later)
+_instruments: dict[int, tuple[Any, _Instruments]] = {}
 #: the error types of the message being handled in this thread or task (for the duration's error.type)
 _handling: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("portable_handling", default=None)
 
 
-def _consumer_instruments() -> _Instruments:
-    global _instruments
+def _consumer_instruments(meter_provider: Any) -> _Instruments:
     with _lock:
-        if _instruments is None:
-            _instruments = _Instruments()
-        return _instruments
+        known = _instruments.get(id(meter_provider))
+        if known is None or known[0] is not meter_provider:
+            known = _instruments[id(meter_provider)] = (meter_provider, _Instruments(meter_provider))
+        return known[1]
 
 
 class ConsumerTelemetry:
     """What one consumer loop records: a ``process`` span per message, settle events, its metrics.
 
-    Made when a loop starts (``ConsumerTelemetry.of``: None when neither
-    tracing nor metrics are on, so an untraced loop pays one check per run).
+    Made when a loop starts (``ConsumerTelemetry.of``: None while portable is not
+    instrumented, so an untraced loop pays one check per run), with the tracer and
+    meter providers portable is instrumented with.
 
     Args:
+        observer: portable's OpenTelemetry observer (its ``tracer_provider`` / ``meter_provider``).
         provider: the scheme.
-        url: the subscription's URL (redacted; its destination name is read from it).
+        destination: the queue or subscription's name (the guard's target), or "" to read it from ``url``.
+        url: the subscription's URL, redacted.
         stats: the subscription's ``stats`` (a request), read for the lag gauge.
     """
 
-    def __init__(self, provider: str, url: str, stats: Callable[[], Any] | None) -> None:
+    def __init__(
+        self, observer: Any, provider: str, destination: str, url: str, stats: Callable[[], Any] | None
+    ) -> None:
         self.system = messaging_system(provider)
-        self.destination = destination_name(url)
+        self.destination = destination or destination_name(url)
         self.span_name = f"process {self.destination}"
         self.metric_attributes = {"messaging.system": self.system, "messaging.destination.name": self.destination}
         self._stats = stats
         self._lag_known = stats is not None
-        self._traced = tracing()
-        self._tracer = _load_trace().get_tracer("portable.messaging") if self._traced else None
-        self._instruments = _consumer_instruments() if _metering() else None
+        tracers, meters = observer.tracer_provider, observer.meter_provider
+        _load_trace()
+        self._tracer = None if tracers is None else tracers.get_tracer("portable.messaging")
+        self._instruments = None if meters is None else _consumer_instruments(meters)
 
     @classmethod
-    def of(cls, provider: str, url: str, stats: Callable[[], Any] | None = None) -> ConsumerTelemetry | None:
-        """The telemetry of a loop on ``url``, or None when tracing and metrics are both off."""
-        if not tracing() and not _metering():
+    def of(
+        cls, provider: str, destination: str, url: str, stats: Callable[[], Any] | None = None
+    ) -> ConsumerTelemetry | None:
+        """The telemetry of a loop on ``url``, or None while portable is not instrumented."""
+        observer = _observer()
+        if observer is None:
             return None
-        return cls(provider, url, stats)
+        return cls(observer, provider, destination, url, stats)
 
     def __enter__(self) -> ConsumerTelemetry:
         if self._instruments is not None:

@@ -34,53 +34,6 @@ trace = pytest.importorskip("opentelemetry.trace", reason="opentelemetry-api is 
 PROVIDERS = ["sqlite", "sqs", "pubsub", "azqueue", "kafka"]
 
 
-class Telemetry:
-    """The SDK's in-memory exporters, installed once per worker process."""
-
-    def __init__(self, spans: Any, metrics: Any, tmp: str) -> None:
-        self.spans = spans
-        self.metrics = metrics  # None when a meter provider was set before this module's
-        self.tmp = tmp
-
-
-_INSTALLED: list[Telemetry] = []
-
-
-@pytest.fixture(scope="module")
-def otel(tmp_path_factory: pytest.TempPathFactory) -> Telemetry:
-    # TODO(trace): use tests/telemetry/conftest.py's provider fixture once it lands
-    from opentelemetry import metrics
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    tmp = str(tmp_path_factory.mktemp("propagation"))
-    if _INSTALLED:
-        _INSTALLED[0].tmp = tmp
-        return _INSTALLED[0]
-    exporter = InMemorySpanExporter()
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reader: Any = None
-    if not isinstance(metrics.get_meter_provider(), MeterProvider):
-        reader = InMemoryMetricReader()
-        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-    _INSTALLED.append(Telemetry(exporter, reader, tmp))
-    return _INSTALLED[0]
-
-
-@pytest.fixture
-def spans(otel: Telemetry) -> Iterator[Telemetry]:
-    otel.spans.clear()
-    yield otel
-    otel.spans.clear()
-
-
 def ids(context: Any) -> str:
     """The version, trace id and span id of a traceparent (the flags follow)."""
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-"
@@ -187,12 +140,12 @@ async def consume_one_async(url: str, seen: Seen) -> None:
         )
 
 
-def process_spans(otel: Telemetry) -> list[Any]:
-    return [s for s in otel.spans.get_finished_spans() if s.attributes.get("messaging.operation.type") == "process"]
+def process_spans(otel: Any) -> list[Any]:
+    return [s for s in otel.spans() if s.attributes.get("messaging.operation.type") == "process"]
 
 
 @pytest.mark.parametrize("face", ["sync", "async"])
-def test_the_handlers_span_is_in_the_producers_trace(queue_url: str, face: str, spans: Telemetry) -> None:
+def test_the_handlers_span_is_in_the_producers_trace(queue_url: str, face: str, otel: Any) -> None:
     tracer = trace.get_tracer("tests.propagation")
     seen = Seen()
     with open_subscription(queue_url, profile=profile(queue_url), lease=30):
@@ -215,18 +168,22 @@ def test_the_handlers_span_is_in_the_producers_trace(queue_url: str, face: str, 
         asyncio.run(consume_one_async(queue_url, seen))
 
     assert seen.attributes["kind"] == "test"
-    assert seen.attributes["traceparent"][:53] == ids(produced)
     assert seen.context.trace_id == produced.trace_id, "the handler ran outside the producer's trace"
-    handled = [s for s in process_spans(spans) if s.context.span_id == seen.context.span_id]
+    handled = [s for s in process_spans(otel) if s.context.span_id == seen.context.span_id]
+    sends = [s for s in otel.spans() if s.attributes.get("messaging.operation.type") == "send"]
     assert len(handled) == 1, "the handler did not run inside the loop's process span"
     span = handled[0]
-    assert span.parent is not None and span.parent.span_id == produced.span_id
-    assert [link.context.span_id for link in span.links] == [produced.span_id]
+    # the message carries the guard's send span's context (a child of the producer's span)
+    (send,) = sends
+    assert send.parent is not None and send.parent.span_id == produced.span_id
+    assert seen.attributes["traceparent"][:53] == ids(send.context)
+    assert span.parent is not None and span.parent.span_id == send.context.span_id
+    assert [link.context.span_id for link in span.links] == [send.context.span_id]
     assert span.kind == trace.SpanKind.CONSUMER
     assert span.name.startswith("process ")
     assert span.attributes["messaging.operation.name"] == "process"
     assert span.attributes["messaging.system"] == {
-        "sqlite": "sqlite", "sqs": "aws_sqs", "pubsub": "gcp_pubsub", "azqueue": "azure_storage_queue", "kafka": "kafka",
+        "sqlite": "sqlite", "sqs": "aws_sqs", "pubsub": "gcp_pubsub", "azqueue": "azure_queue", "kafka": "kafka",
     }[queue_url.split(":", 1)[0]]  # fmt: skip
     acks = [e for e in span.events if e.name == "settle"]
     assert [e.attributes["messaging.operation.name"] for e in acks] == ["ack"]
@@ -235,7 +192,7 @@ def test_the_handlers_span_is_in_the_producers_trace(queue_url: str, face: str, 
 
 
 # -- on mem://: the rules of injection --------------------------------------------------------------
-def test_publish_outside_any_span_adds_no_attribute(spans: Telemetry, unique_name: str) -> None:
+def test_publish_outside_any_span_adds_no_attribute(otel: Any, unique_name: str) -> None:
     url = f"mem://{unique_name}"
     with open_topic(url) as topic, open_subscription(url) as sub:
         topic.publish(b"a")
@@ -245,7 +202,7 @@ def test_publish_outside_any_span_adds_no_attribute(spans: Telemetry, unique_nam
     assert sorted((dict(m.attributes) for m in got), key=str) == sorted([{}, {"x": "1"}, {}, {"y": "2"}], key=str)
 
 
-def test_a_callers_own_traceparent_is_kept(spans: Telemetry, unique_name: str) -> None:
+def test_a_callers_own_traceparent_is_kept(otel: Any, unique_name: str) -> None:
     own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     url = f"mem://{unique_name}"
     tracer = trace.get_tracer("t")
@@ -255,17 +212,17 @@ def test_a_callers_own_traceparent_is_kept(spans: Telemetry, unique_name: str) -
         topic.publish_event(CloudEvent(source="/t", type="t.t", id="1", extensions={"traceparent": own}))
         topic.publish_event(CloudEvent(source="/t", type="t.t", id="2"), mode="structured")
         got = {m.body: dict(m.attributes) for m in poll(sub, 5, 5)}
-    mine = traceparent(producer.get_span_context())
+    mine = f"{producer.get_span_context().trace_id:032x}"  # the send span's, in the producer's trace
     assert got[b"own"]["traceparent"] == own
     assert got[b"own-batch"]["traceparent"] == own
-    assert got[b"plain"]["traceparent"] == mine
+    assert got[b"plain"]["traceparent"][3:35] == mine
     event = next(a for b, a in got.items() if a.get("ce_id") == "1")
     assert event["ce_traceparent"] == own and "traceparent" not in event  # the event's extension is its context
     structured = next(a for b, a in got.items() if b.startswith(b"{") and b'"id":"2"' in b.replace(b" ", b""))
-    assert structured["traceparent"] == mine
+    assert structured["traceparent"][3:35] == mine
 
 
-def test_tracestate_travels_with_traceparent(spans: Telemetry, unique_name: str) -> None:
+def test_tracestate_travels_with_traceparent(otel: Any, unique_name: str) -> None:
     from opentelemetry.trace import (
         NonRecordingSpan,
         SpanContext,
@@ -288,7 +245,7 @@ def test_tracestate_travels_with_traceparent(spans: Telemetry, unique_name: str)
     assert message.attributes["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
 
 
-def test_no_trace_context_where_the_message_has_no_room(spans: Telemetry, unique_name: str) -> None:
+def test_no_trace_context_where_the_message_has_no_room(otel: Any, unique_name: str) -> None:
     url = f"mem://{unique_name}"
     with trace.get_tracer("t").start_as_current_span("producer"), open_topic(url) as topic:
         full = {f"a{i}": "v" for i in range(topic.capabilities.max_attributes)}
@@ -296,6 +253,26 @@ def test_no_trace_context_where_the_message_has_no_room(spans: Telemetry, unique
     with open_subscription(url) as sub:
         (message,) = poll(sub, 1, 5)
     assert dict(message.attributes) == full
+
+
+def test_uninstrumented_nothing_is_added_and_no_span_is_made(otel: Any, unique_name: str) -> None:
+    import portable.telemetry
+
+    url = f"mem://{unique_name}"
+    portable.telemetry.uninstrument()
+    try:
+        with trace.get_tracer("t").start_as_current_span("producer"), open_topic(url) as topic:
+            topic.publish(b"a")
+            topic.publish_batch([b"b"])
+        with open_subscription(url, lease=5) as sub:
+            stop = threading.Event()
+            sub.run(lambda m: stop.set(), stop_event=stop, handle_signals=False, max_deliveries=None, poll=0.1)
+            stop.clear()
+            got = poll(sub, 1, 5)
+    finally:
+        portable.telemetry.instrument()
+    assert [dict(m.attributes) for m in got] == [{}]
+    assert otel.names() == ["producer"]
 
 
 def test_without_a_tracer_provider_nothing_is_added(tmp_path: Path) -> None:
@@ -318,7 +295,7 @@ print("opentelemetry.sdk" in sys.modules)
 
 
 # -- the consumer loop: failures, skips, metrics ----------------------------------------------------
-def test_a_failed_handler_marks_its_span_and_the_nack_is_a_settle_event(spans: Telemetry, unique_name: str) -> None:
+def test_a_failed_handler_marks_its_span_and_the_nack_is_a_settle_event(otel: Any, unique_name: str) -> None:
     url = f"mem://{unique_name}"
     with trace.get_tracer("t").start_as_current_span("producer"), open_topic(url) as topic:
         topic.publish(b"boom")
@@ -333,7 +310,7 @@ def test_a_failed_handler_marks_its_span_and_the_nack_is_a_settle_event(spans: T
             stop.set()
 
         sub.run(handler, stop_event=stop, handle_signals=False, max_deliveries=None, backoff=0.01, poll=0.1)
-    first, second = sorted(process_spans(spans), key=lambda s: s.start_time)
+    first, second = sorted(process_spans(otel), key=lambda s: s.start_time)
     assert first.status.status_code == trace.StatusCode.ERROR
     assert first.attributes["error.type"] == "ValueError"
     assert [e.name for e in first.events] == ["exception", "settle"]
@@ -342,7 +319,7 @@ def test_a_failed_handler_marks_its_span_and_the_nack_is_a_settle_event(spans: T
     assert first.context.trace_id == second.context.trace_id  # both deliveries are in the producer's trace
 
 
-def test_an_idempotency_skip_is_an_event(spans: Telemetry, unique_name: str, tmp_path: Path) -> None:
+def test_an_idempotency_skip_is_an_event(otel: Any, unique_name: str, tmp_path: Path) -> None:
     from portable.idempotency import open_store
 
     url = f"mem://{unique_name}"
@@ -364,19 +341,17 @@ def test_an_idempotency_skip_is_an_event(spans: Telemetry, unique_name: str, tmp
         )  # fmt: skip
         runner.start()
         deadline = time.monotonic() + 20
-        while len(process_spans(spans)) < 2 and time.monotonic() < deadline:
+        while len(process_spans(otel)) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         stop.set()
         runner.join(30)
     assert handled == [b"once"]
-    events = [[e.name for e in s.events] for s in sorted(process_spans(spans), key=lambda s: s.start_time)]
+    events = [[e.name for e in s.events] for s in sorted(process_spans(otel), key=lambda s: s.start_time)]
     assert events == [["settle"], ["settle", "portable.idempotency"]]
 
 
-def test_the_loop_meters_in_flight_messages_and_processing_time(otel: Telemetry, unique_name: str) -> None:
-    if otel.metrics is None:
-        pytest.skip("another meter provider was set in this process before this module's reader")
-    url = f"sqlite://{Path(otel.tmp) / (unique_name + '.db')}?name={unique_name}"
+def test_the_loop_meters_in_flight_messages_and_processing_time(otel: Any, unique_name: str, tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'queue.db'}?name={unique_name}"
     with open_topic(url) as topic:
         topic.publish_batch([b"1", b"2", b"3"])
     in_flight_seen: list[int] = []
@@ -385,39 +360,25 @@ def test_the_loop_meters_in_flight_messages_and_processing_time(otel: Telemetry,
         count = [0]
 
         def handler(message: Message) -> None:
-            in_flight_seen.append(metric_sum(otel, "portable.messaging.consumer.in_flight", unique_name))
+            in_flight_seen.append(in_flight(otel, unique_name))
             count[0] += 1
             if count[0] == 3:
                 stop.set()
 
         sub.run(handler, stop_event=stop, handle_signals=False, max_deliveries=None, poll=0.1)
     assert in_flight_seen == [1, 1, 1]
-    assert metric_sum(otel, "portable.messaging.consumer.in_flight", unique_name) == 0
-    assert metric_count(otel, "messaging.process.duration", unique_name) == 3
+    assert in_flight(otel, unique_name) == 0
+    assert otel.total("messaging.process.duration", messaging__destination__name=unique_name) == 3
 
 
-def metric_points(otel: Telemetry, name: str, destination: str) -> list[Any]:
-    assert otel.metrics is not None
-    data = otel.metrics.get_metrics_data()
-    points: list[Any] = []
-    for resource in data.resource_metrics if data is not None else []:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == name:
-                    points += [p for p in metric.data.data_points if p.attributes.get("messaging.destination.name") == destination]
-    return points
-
-
-def metric_sum(otel: Telemetry, name: str, destination: str) -> int:
-    return sum(int(p.value) for p in metric_points(otel, name, destination))
-
-
-def metric_count(otel: Telemetry, name: str, destination: str) -> int:
-    return sum(int(p.count) for p in metric_points(otel, name, destination))
+def in_flight(otel: Any, destination: str) -> int:
+    """The in-flight UpDownCounter now (cumulative: its last point)."""
+    points = otel.points("portable.messaging.consumer.in_flight", messaging__destination__name=destination)
+    return int(points[-1][1]) if points else 0
 
 
 # -- jobs --------------------------------------------------------------------------------------------
-def test_a_job_launched_in_a_span_sees_traceparent(spans: Telemetry, tmp_path: Path) -> None:
+def test_a_job_launched_in_a_span_sees_traceparent(otel: Any, tmp_path: Path) -> None:
     from portable.compute import JobSpec, open_launcher
     from tests.compute.conftest import stop_supervisor
 
@@ -445,7 +406,7 @@ def test_a_job_launched_in_a_span_sees_traceparent(spans: Telemetry, tmp_path: P
 
 
 def test_azure_queue_bare_bodies_stay_bare_and_the_envelope_carries_the_context(
-    azurite: Any, unique_name: str, monkeypatch: pytest.MonkeyPatch, spans: Telemetry
+    azurite: Any, unique_name: str, monkeypatch: pytest.MonkeyPatch, otel: Any
 ) -> None:
     """What a native Azure Storage Queue reader sees: a bare body stays bare; portable's envelope holds the context."""
     import base64
@@ -467,4 +428,6 @@ def test_azure_queue_bare_bodies_stay_bare_and_the_envelope_carries_the_context(
     assert texts[0] == b"bare"
     header = texts[1].split(b"\n")[1]
     assert texts[1].startswith(b"portable/1 sha256=") and texts[1].endswith(b"\nwrapped")
-    assert json.loads(header)["a"] == {"kind": "test", "traceparent": traceparent(producer.get_span_context())}
+    carried = json.loads(header)["a"]
+    assert carried["kind"] == "test"
+    assert carried["traceparent"].startswith(f"00-{producer.get_span_context().trace_id:032x}-")
