@@ -277,15 +277,17 @@ def test_published_and_consumed_message_is_one_trace_in_jaeger(
     assert seen["traceparent"].split("-")[1] == trace_id
     assert {s["traceID"] for s in (producer, publish, process, work)} == {trace_id}
     assert producer["spanID"] == seen["producer_span_id"] and parent_of(producer) is None
-    # portable's publish span is the producer's child; the process span's parent is the
-    # creation context the message carried (the producer's span), and it links to it too.
-    # Jaeger's model keeps one reference per span id, typed by the link: FOLLOWS_FROM.
+    # portable's publish span is the producer's child and the message's creation context (the
+    # messaging conventions' "send" span, when there is no "create" span): the message carried
+    # it, and the process span has it as parent and links to it. Jaeger's model keeps one
+    # reference per span id, typed by the link: FOLLOWS_FROM.
     assert parent_of(publish) == producer["spanID"]
+    assert seen["traceparent"].split("-")[2] == publish["spanID"]
     refs = [(ref["refType"], ref["spanID"]) for ref in process["references"]]
-    assert refs == [("FOLLOWS_FROM", producer["spanID"])]
+    assert refs == [("FOLLOWS_FROM", publish["spanID"])]
     otlp = v3_spans(jaeger, trace_id)
-    assert otlp[process["spanID"]]["parentSpanId"] == producer["spanID"]
-    assert [link["spanId"] for link in otlp[process["spanID"]]["links"]] == [producer["spanID"]]
+    assert otlp[process["spanID"]]["parentSpanId"] == publish["spanID"]
+    assert [link["spanId"] for link in otlp[process["spanID"]]["links"]] == [publish["spanID"]]
     assert process["spanID"] == seen["handler_span_id"]
     assert parent_of(work) == process["spanID"]
     # the messaging conventions on both ends
