@@ -172,15 +172,25 @@ _DOMAINS = (
     ("CompareAndSwapStore", "idempotency"),
 )
 #: the attributes drivers keep the name of what they address in, in order of preference
-_TARGET_ATTRIBUTES = ("bucket", "container", "queue", "topic", "table", "collection", "name")
+_TARGET_ATTRIBUTES = (
+    "bucket",
+    "container",
+    "queue",
+    "topic",
+    "topic_name",
+    "subscription_name",
+    "table",
+    "collection",
+    "name",
+)
 
 
 def describe_driver(driver: object) -> tuple[str, str]:
     """``(domain, target)`` of a guard's driver, for observers: read once, when the guard is made.
 
     The domain comes from the driver's base classes; the target from the first of
-    ``bucket``, ``container``, ``queue``, ``topic``, ``table``, ``collection``, ``name``
-    it (or the driver it wraps, ``inner``) holds as a string, else the last part of a ``mem://``, ``file://`` or ``local://``
+    :data:`_TARGET_ATTRIBUTES` it (or its ``settings``, or the driver it wraps, ``inner``)
+    holds as a string, else the last part of a ``mem://``, ``file://`` or ``local://``
     endpoint (redacted); "" when it holds none.
     """
     inner = getattr(driver, "inner", None)  # a wrapper (chaos+) addresses what the driver it wraps does
@@ -191,9 +201,12 @@ def describe_driver(driver: object) -> tuple[str, str]:
     names = {cls.__name__ for cls in type(driver).__mro__}
     domain = next((found for base, found in _DOMAINS if base in names), "")
     target = ""
+    settings = getattr(driver, "settings", None)  # a driver that keeps its URL's settings apart (kafka://)
     for attribute in _TARGET_ATTRIBUTES:
         try:
             value = getattr(driver, attribute, None)
+            if not isinstance(value, str):  # MessagingDriver.topic is a method
+                value = getattr(settings, attribute, None)
         except Exception:
             continue
         if isinstance(value, str) and value:

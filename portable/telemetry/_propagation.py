@@ -1,7 +1,8 @@
 """Trace context through messages and jobs: W3C ``traceparent`` / ``tracestate``, the consumer's spans and metrics.
 
 Publishing (both faces) asks :func:`message_context` for the attributes to add
-to a message: the current span's context in the W3C Trace Context form
+to a message when it is made, and again inside the guarded publish call, where the
+guard's ``send`` span is current (``Topic._sender``): the context in the W3C Trace Context form
 (``traceparent``, and ``tracestate`` when it is not empty), written by
 OpenTelemetry's ``TraceContextTextMapPropagator``, never the global propagator
 (so no ``baggage`` or vendor header rides along, and the names are the same
@@ -10,7 +11,7 @@ caller's own, or a CloudEvent's distributed-tracing extension, ``ce_traceparent`
 / ``ce-traceparent`` in binary mode) gets nothing added.
 
 The consumer loops (``Subscription.run``, ``AsyncSubscription.run``) handle each
-message inside :func:`processing`: a ``process`` span (kind CONSUMER) that
+message inside :meth:`ConsumerTelemetry.processing`: a ``process`` span (kind CONSUMER) that
 links to the message's creation context and, when no span is current in the
 worker, has it as its parent too (semantic conventions: "Message creation
 context as parent of Process span", single-message processing); when the loop

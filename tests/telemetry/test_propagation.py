@@ -431,3 +431,28 @@ def test_azure_queue_bare_bodies_stay_bare_and_the_envelope_carries_the_context(
     carried = json.loads(header)["a"]
     assert carried["kind"] == "test"
     assert carried["traceparent"].startswith(f"00-{producer.get_span_context().trace_id:032x}-")
+
+
+def test_inside_a_span_of_its_own_the_loop_links_to_the_producer(otel: Any, unique_name: str) -> None:
+    """The conventions' default when processing happens in another span's scope: that span is the parent."""
+    url = f"mem://{unique_name}"
+    tracer = trace.get_tracer("t")
+    with tracer.start_as_current_span("producer") as producer, open_topic(url) as topic:
+        topic.publish(b"x")
+
+    async def consume() -> Any:
+        async with aio.open_subscription(url, lease=5) as sub:
+            stop = asyncio.Event()
+
+            async def handler(message: Any) -> None:
+                stop.set()
+
+            with tracer.start_as_current_span("consumer-app") as app:
+                await sub.run(handler, stop_event=stop, handle_signals=False, max_deliveries=None, poll=0.1)
+            return app
+
+    app = asyncio.run(consume())
+    (span,) = process_spans(otel)
+    assert span.parent is not None and span.parent.span_id == app.get_span_context().span_id
+    (link,) = span.links
+    assert link.context.trace_id == producer.get_span_context().trace_id

@@ -177,6 +177,28 @@ def test_driver_code_runs_inside_the_call_span(otel: Telemetry) -> None:
     assert trace.get_current_span() is trace.INVALID_SPAN  # detached again
 
 
+def test_secrets_in_an_endpoint_or_an_error_never_reach_a_span(otel: Telemetry) -> None:
+    """The endpoint attribute is redacted, and so is the status text a failure leaves."""
+    from portable.driver import Classifier
+    from portable.resilience import Guard
+
+    guard = Guard("s3", "https://127.0.0.1:9/acct?sig=SIGSECRET123&x=1", Classifier(), QUICK, target="b")
+
+    def fails() -> None:
+        raise RuntimeError("denied: password=PWSECRET456 Authorization: Bearer TOKSECRET789")
+
+    with pytest.raises(Exception, match="denied"):
+        guard.call("read", "get k", fails)
+    [span] = otel.spans()
+    text = repr(dict(span.attributes or {})) + (span.status.description or "") + repr(
+        [dict(e.attributes or {}) for e in span.events]
+    )
+    for secret in ("SIGSECRET123", "PWSECRET456", "TOKSECRET789"):
+        assert secret not in text
+    assert attrs(span)["portable.endpoint"].startswith("https://127.0.0.1:9/acct?sig=***")
+    assert attrs(span)["server.address"] == "127.0.0.1" and attrs(span)["server.port"] == 9
+
+
 # -- async face ----------------------------------------------------------------------------
 def test_the_async_face_makes_the_same_spans(otel: Telemetry) -> None:
     async def main() -> None:
