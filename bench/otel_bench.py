@@ -279,6 +279,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--baseline", metavar="REF", help="git ref of the uninstrumented baseline")
     ap.add_argument("--quick", action="store_true", help="3 rounds of 3000 calls; results *-quick")
+    ap.add_argument(
+        "--only",
+        metavar="CONFIGS",
+        help=f"comma-separated configurations to run, of {', '.join(CONFIGS)} (results otel-only-*)",
+    )
     ap.add_argument("--worker", choices=("base", *CONFIGS), help=argparse.SUPPRESS)
     ap.add_argument("--block-otel", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -289,12 +294,20 @@ def main() -> None:
 
     if args.quick:
         args.calls, args.rounds = 3000, 3
+    chosen = list(CONFIGS)
+    if args.only:
+        chosen = [c.strip() for c in args.only.split(",") if c.strip()]
+        unknown = sorted(set(chosen) - set(CONFIGS))
+        if unknown or not chosen:
+            ap.error(f"--only: unknown configuration(s) {unknown}; known: {', '.join(CONFIGS)}")
+    if not args.baseline and "off" not in chosen:
+        ap.error("--only must include 'off' (the reference) unless --baseline is given")
     load_before = loadavg()
     with tempfile.TemporaryDirectory(prefix="otel-bench-base-") as tmp:
         configs: list[tuple[str, Path]] = []
         if args.baseline:
             configs.append(("base", export_tree(args.baseline, Path(tmp))))
-        configs += [(name, REPO) for name in CONFIGS]
+        configs += [(name, REPO) for name in chosen]
         workers = {name: Worker(name, root) for name, root in configs}
         names = list(workers)
         rates: dict[str, dict[str, list[float]]] = {op: {n: [] for n in names} for op in OPERATIONS}
@@ -340,11 +353,10 @@ def main() -> None:
         untraced, traced = (calls_of(args.calls, OPERATIONS[op], c) for c in ("off", "tracing"))
         sections[f"{op} ({untraced} calls, tracing {traced}, x {args.rounds} rounds)"] = rows
         overhead[op] = {row["contestant"]: row["paired_overhead_us"] for row in rows}
-    silent = [n for n in ("tracing", "tracing+metrics") if spans_per_call.get(n, 0.0) < 0.5]
+    silent = [n for n in ("tracing", "tracing+metrics") if n in chosen and spans_per_call[n] < 0.5]
     mem_ops = [op for op in overhead if op.endswith(" mem")]  # the target is per call on mem://
-    off_worst = max(
-        abs(overhead[op][n]) for op in mem_ops for n in ("off", "no-sdk") if n != reference
-    )
+    off_names = [n for n in ("off", "no-sdk") if n in chosen and n != reference]
+    off_worst = max((abs(overhead[op][n]) for op in mem_ops for n in off_names), default=0.0)
     summary = {
         "reference": reference,
         "baseline_ref": args.baseline,
@@ -359,6 +371,8 @@ def main() -> None:
         "tracing_made_no_spans": silent,
     }
     name = "otel-quick" if args.quick else "otel"
+    if args.only:
+        name += "-only-" + "-".join(c.replace("+", "-") for c in chosen)
     write(name, sections, {"summary": summary})
     notes = [
         "",
