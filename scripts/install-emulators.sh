@@ -24,8 +24,9 @@
 #   go       Jaeger v$JAEGER_VERSION (github.com/jaegertracing/jaeger/cmd/jaeger, the traces
 #            backend of tests/emulators/jaeger.py) from the Go module proxy into
 #            ${XDG_CACHE_HOME:-~/.cache}/portable/jaeger-v<version>/ with a `built-from` stamp,
-#            skipped when present. Cold: about 10 minutes on 2 shared cores (niced), ~1 GB of
-#            module downloads. PORTABLE_SKIP_JAEGER_BUILD=1 skips this section.
+#            skipped when present. Cold: 655 s on 2 shared cores at load 10 (niced; 23 s of it
+#            module downloads, ~1 GB added to the Go module cache); 51 s with warm Go caches.
+#            PORTABLE_SKIP_JAEGER_BUILD=1 skips this section.
 #
 # Usage: bash scripts/install-emulators.sh        (from anywhere; paths are repo-relative)
 set -euo pipefail
