@@ -16,8 +16,13 @@ name                                      kind       unit          attributes (b
 ``portable.client.rejections``            counter    ``{call}``    ``portable.rejected_by`` (breaker, retry_budget)
 ``portable.breaker.state_changes``        counter    ``{change}``  ``portable.breaker.name``, ``portable.breaker.state``,
                                                                    ``portable.breaker.previous_state``
-``portable.idempotency.claims``           counter    ``{claim}``   ``portable.idempotency.outcome`` (claimed, done,
-                                                                   in_progress, ...), ``portable.idempotency.store``
+``portable.idempotency.claims``           counter    ``{claim}``   ``portable.idempotency.outcome`` (acquired,
+                                                                   completed: a hit, in_progress, error),
+                                                                   ``portable.idempotency.store``
+``messaging.client.sent.messages``        counter    ``{message}`` the conventions' own: ``messaging.system``,
+                                                                   ``messaging.destination.name``,
+                                                                   ``messaging.operation.name``, ``error.type``
+``messaging.client.consumed.messages``    counter    ``{message}`` the same, for messages received
 ========================================  =========  ============  ==========================================
 
 Every call's metrics carry ``portable.provider`` (the scheme), ``portable.operation`` (the driver
@@ -38,7 +43,17 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
 class Instruments:
     """The instruments of one meter, made once."""
 
-    __slots__ = ("breaker_changes", "claims", "duration", "io", "rejections", "requests", "retries")
+    __slots__ = (
+        "breaker_changes",
+        "claims",
+        "consumed_messages",
+        "duration",
+        "io",
+        "rejections",
+        "requests",
+        "retries",
+        "sent_messages",
+    )
 
     def __init__(self, meter: Any) -> None:
         try:
@@ -67,4 +82,10 @@ class Instruments:
         )
         self.claims = meter.create_counter(
             "portable.idempotency.claims", unit="{claim}", description="Idempotency claims by outcome"
+        )
+        self.sent_messages = meter.create_counter(
+            "messaging.client.sent.messages", unit="{message}", description="Messages a producer attempted to send"
+        )
+        self.consumed_messages = meter.create_counter(
+            "messaging.client.consumed.messages", unit="{message}", description="Messages a consumer received"
         )

@@ -179,6 +179,7 @@ _TARGET_ATTRIBUTES = (
     "topic",
     "topic_name",
     "subscription_name",
+    "job_queue",
     "table",
     "collection",
     "name",

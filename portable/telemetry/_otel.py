@@ -80,7 +80,7 @@ def _server(endpoint: str) -> tuple[str, int | None] | None:
         default = 443 if scheme in ("https", "grpcs") else 80
     else:
         rest, default = endpoint, None
-    hostport = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    hostport = rest.split("/", 1)[0].rsplit("@", 1)[-1].split(",", 1)[0]  # a Kafka list: its first broker
     if not hostport or " " in hostport:
         return None
     host, sep, port = hostport.rpartition(":")
@@ -94,7 +94,7 @@ def _server(endpoint: str) -> tuple[str, int | None] | None:
 class _Shape:
     """What every call of one (guard, operation) shares: span name, attributes, metric attributes."""
 
-    __slots__ = ("attributes", "keyed", "messaging_type", "metric_attributes", "name", "s3")
+    __slots__ = ("attributes", "keyed", "messaging_attributes", "messaging_type", "metric_attributes", "name", "s3")
 
     messaging_type: str | None
 
@@ -122,6 +122,7 @@ class _Shape:
         self.s3 = provider == "s3"
         self.keyed = domain == "storage" and op in _KEYED
         self.messaging_type = None
+        self.messaging_attributes: dict[str, Any] = {}
         if domain == "messaging" or info.op_class in MESSAGING_TYPES:
             self.messaging_type = MESSAGING_TYPES.get(info.op_class)
             op_name = "publish" if op == "publish_batch" else op
@@ -132,6 +133,11 @@ class _Shape:
             if target:
                 attributes["messaging.destination.name"] = target
             self.name = f"{op_name} {target}" if target else op_name
+            self.messaging_attributes = {
+                k: attributes[k]
+                for k in ("messaging.system", "messaging.destination.name", "messaging.operation.name")
+                if k in attributes
+            }
         else:
             if target and domain == "storage":
                 attributes["aws.s3.bucket" if self.s3 else "portable.storage.bucket"] = target
@@ -197,7 +203,7 @@ def received_bytes(result: Any) -> int:
 class _Scope:
     """One observed call: its span (if tracing) and what its metrics need."""
 
-    __slots__ = ("attempts", "info", "observer", "shape", "span", "started", "token")
+    __slots__ = ("info", "observer", "retries", "sent", "shape", "span", "started", "token")
 
     def __init__(self, observer: OtelObserver, info: CallInfo, shape: _Shape, span: Any, token: Any) -> None:
         self.observer = observer
@@ -205,13 +211,15 @@ class _Scope:
         self.shape = shape
         self.span = span
         self.token = token
-        self.attempts = 1
+        self.sent = 1  # attempts sent to the provider (the first, unless a breaker refuses it)
+        self.retries = 0
         self.started = time.perf_counter()
 
     def attempt_failed(self, attempt: int, exc: BaseException, retry_in: float | None) -> None:
         if retry_in is None:
             return  # the call's end reports it
-        self.attempts = attempt + 1
+        self.retries += 1
+        self.sent = attempt + 1
         kind = error_type(exc)
         if self.span is not None:
             self.span.add_event(
@@ -224,6 +232,8 @@ class _Scope:
 
     def rejected(self, exc: BaseException) -> None:
         breaker = getattr(exc, "breaker", None)
+        if breaker:
+            self.sent -= 1  # the attempt it refused was never sent
         if self.span is not None:
             if breaker:
                 self.span.add_event("breaker.rejected", {"portable.breaker.name": str(breaker)})
@@ -241,8 +251,8 @@ class _Scope:
         span = self.span
         if span is not None:
             try:
-                if self.attempts > 1:
-                    span.set_attribute("portable.retry.count", self.attempts - 1)
+                if self.retries:
+                    span.set_attribute("portable.retry.count", self.retries)
                 if shape.messaging_type is not None:
                     _messaging_result(span, info, result)
                 if kind is not None:
@@ -262,13 +272,31 @@ class _Scope:
             if kind is not None:
                 attrs["error.type"] = kind
             instruments.duration.record(elapsed, attrs)
-            instruments.requests.add(self.attempts, attrs)
+            if self.sent > 0:
+                instruments.requests.add(self.sent, attrs)
             sent = sent_bytes(info.args)
             if sent:
                 instruments.io.add(sent, {**shape.metric_attributes, "network.io.direction": "transmit"})
             got = received_bytes(result) if error is None else 0
             if got:
                 instruments.io.add(got, {**shape.metric_attributes, "network.io.direction": "receive"})
+            if shape.messaging_type == "send":
+                count = _message_count(info)
+                if count:
+                    sent_attrs = dict(shape.messaging_attributes)
+                    if kind is not None:
+                        sent_attrs["error.type"] = kind
+                    instruments.sent_messages.add(count, sent_attrs)
+            elif shape.messaging_type == "receive" and error is None and isinstance(result, list) and result:
+                instruments.consumed_messages.add(len(result), shape.messaging_attributes)
+
+
+def _message_count(info: CallInfo) -> int:
+    """How many messages a publish call sends: one, or its batch's size."""
+    if info.operation != "publish_batch":
+        return 1
+    items = _batch(info.args[0]) if info.args else None
+    return 0 if items is None else len(items)
 
 
 def _messaging_result(span: Any, info: CallInfo, result: Any) -> None:

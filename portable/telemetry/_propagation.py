@@ -134,9 +134,25 @@ def message_context(attributes: Mapping[str, str] | None) -> dict[str, str] | No
         return None
     if attributes and any(name in attributes for name in _CARRIER_NAMES):
         return None
-    carrier: dict[str, str] = {}
-    _trace_propagator().inject(carrier)
-    return carrier or None
+    return _current_carrier()
+
+
+def _current_carrier() -> dict[str, str] | None:
+    """The current span's context as ``TraceContextTextMapPropagator.inject`` writes it, or None.
+
+    Written here rather than through the propagator (3-4 times faster; a publish asks
+    twice): ``00-{trace id}-{span id}-{flags}`` and the trace state's header, as the
+    propagator does (tests/telemetry/test_propagation.py compares the two).
+    """
+    api = _trace_api if _trace_api else _load_trace()
+    context = api.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    carrier = {TRACEPARENT: f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
+    state = context.trace_state
+    if state:
+        carrier[TRACESTATE] = state.to_header()
+    return carrier
 
 
 def job_environment(env: Mapping[str, str]) -> dict[str, str] | None:
@@ -145,9 +161,8 @@ def job_environment(env: Mapping[str, str]) -> dict[str, str] | None:
         return None
     if "TRACEPARENT" in env or "TRACESTATE" in env:
         return None
-    carrier: dict[str, str] = {}
-    _trace_propagator().inject(carrier)
-    if TRACEPARENT not in carrier:
+    carrier = _current_carrier()
+    if carrier is None:
         return None
     out = {"TRACEPARENT": carrier[TRACEPARENT]}
     if carrier.get(TRACESTATE):

@@ -456,3 +456,49 @@ def test_inside_a_span_of_its_own_the_loop_links_to_the_producer(otel: Any, uniq
     assert span.parent is not None and span.parent.span_id == app.get_span_context().span_id
     (link,) = span.links
     assert link.context.trace_id == producer.get_span_context().trace_id
+
+
+def test_the_context_is_written_as_the_w3c_propagator_writes_it(otel: Any) -> None:
+    from opentelemetry.trace import (
+        NonRecordingSpan,
+        SpanContext,
+        TraceFlags,
+        TraceState,
+        set_span_in_context,
+    )
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from portable.telemetry._propagation import job_environment, message_context
+
+    for flags, state in [(1, [("vendor", "v1"), ("other", "x=y")]), (0, [])]:
+        parent = SpanContext(
+            trace_id=0x0AF7651916CD43DD8448EB211C80319C, span_id=0xB7AD6B7169203331, is_remote=True,
+            trace_flags=TraceFlags(flags), trace_state=TraceState(state),
+        )  # fmt: skip
+        with trace.get_tracer("t").start_as_current_span("p", context=set_span_in_context(NonRecordingSpan(parent))):
+            expected: dict[str, str] = {}
+            TraceContextTextMapPropagator().inject(expected)
+            assert message_context(None) == expected
+            assert job_environment({}) == {name.upper(): value for name, value in expected.items()}
+            assert message_context({"traceparent": "00-mine"}) is None
+            assert job_environment({"TRACESTATE": "mine"}) is None
+
+
+@pytest.mark.parametrize("queue_url", ["sqs"], indirect=True)
+def test_a_native_sqs_reader_sees_string_message_attributes(queue_url: str, otel: Any) -> None:
+    """What boto3's receive_message answers for a message portable published in a span."""
+    from botocore.client import BaseClient
+
+    tracer = trace.get_tracer("t")
+    with tracer.start_as_current_span("producer") as producer, open_topic(queue_url, profile=profile(queue_url)) as topic:
+        topic.publish(b"native", attributes={"kind": "test"})
+        driver: Any = topic._driver
+        raw = topic.as_(BaseClient).receive_message(
+            QueueUrl=driver.queue_url, WaitTimeSeconds=2, MessageAttributeNames=["All"]
+        )
+    (message,) = raw["Messages"]
+    attributes = message["MessageAttributes"]
+    assert message["Body"] == "native"
+    assert attributes["kind"] == {"DataType": "String", "StringValue": "test"}
+    assert attributes["traceparent"]["DataType"] == "String"
+    assert attributes["traceparent"]["StringValue"].startswith(f"00-{producer.get_span_context().trace_id:032x}-")

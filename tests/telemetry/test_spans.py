@@ -142,6 +142,28 @@ def test_an_open_breaker_refuses_with_a_breaker_rejected_event(otel: Telemetry) 
     assert attrs(span)["error.type"] == "CircuitOpen"
     assert span.status.status_code is StatusCode.ERROR
     assert otel.total("portable.client.rejections", portable__rejected_by="breaker") == 1
+    assert otel.points("portable.client.requests") == []  # the refused call sent nothing
+    assert otel.total("portable.client.operation.duration", portable__outcome="error") == 1
+
+
+def test_a_spent_retry_budget_is_a_retry_budget_exhausted_event(otel: Telemetry) -> None:
+    from portable.resilience import RetryBudget
+
+    policy = ResiliencePolicy(
+        retry=RetryPolicy(max_attempts=5, initial_backoff=0.001, max_backoff=0.002),
+        breaker=None,
+        retry_budget=RetryBudget(ratio=0, min_per_second=0, max_tokens=1),
+    )
+    with open_bucket("chaos+mem://span-budget?error_rate=0", policy=policy) as bucket:
+        chaos_of(bucket).start_outage("unavailable")
+        with pytest.raises(Unavailable, match="retry budget"):
+            bucket.get("k")
+    span = otel.span("get span-budget")
+    assert [e.name for e in span.events] == ["retry", "retry_budget.exhausted"]
+    assert span.events[1].attributes["error.type"] == "Unavailable"  # type: ignore[index]
+    assert attrs(span)["error.type"] == "Unavailable"
+    assert otel.total("portable.client.requests", portable__target="span-budget") == 2
+    assert otel.total("portable.client.rejections", portable__rejected_by="retry_budget") == 1
 
 
 def test_breaker_state_changes_are_counted(otel: Telemetry) -> None:
@@ -262,6 +284,11 @@ def test_publish_receive_ack_are_send_receive_settle_spans(otel: Telemetry, sche
     assert all(s.kind is SpanKind.CLIENT for s in otel.spans())
     assert otel.total("portable.client.io", network__io__direction="transmit", portable__target="span-orders") == 8
     assert otel.total("portable.client.io", network__io__direction="receive", portable__target="span-orders") == 8
+    sent = otel.points("messaging.client.sent.messages")
+    assert sum(v for _, v in sent) == 3
+    assert {a["messaging.destination.name"] for a, _ in sent} == {"span-orders"}
+    assert {a["messaging.system"] for a, _ in sent} == {system}
+    assert otel.total("messaging.client.consumed.messages", messaging__destination__name="span-orders") == 3
 
 
 def test_async_publish_and_receive_on_sqlite(otel: Telemetry, tmp_path: Path) -> None:
@@ -331,3 +358,25 @@ def test_launcher_calls_are_spans_submit_and_wait(otel: Telemetry, tmp_path: Pat
     wait = otel.spans("wait jobs")[-1]
     assert attrs(wait)["portable.compute.job.id"] == job.id
     assert attrs(otel.span("submit jobs"))["portable.op_class"] == "submit"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "server"),
+    [
+        ("https://s3.eu-west-1.amazonaws.com", ("s3.eu-west-1.amazonaws.com", 443)),
+        ("http://127.0.0.1:5000", ("127.0.0.1", 5000)),
+        ("http://[::1]:10000/devstoreaccount1/c", ("::1", 10000)),
+        ("chaos+http://127.0.0.1:9", ("127.0.0.1", 9)),
+        ("10.0.0.1:9092,10.0.0.2:9092", ("10.0.0.1", 9092)),
+        ("localhost:8085", ("localhost", 8085)),
+        ("pubsub.googleapis.com", ("pubsub.googleapis.com", None)),
+        ("mem://orders", None),
+        ("file:///tmp/x", None),
+        ("sqlite:///tmp/q.db", None),
+        ("", None),
+    ],
+)
+def test_server_address_and_port_of_an_endpoint(endpoint: str, server: tuple[str, int | None] | None) -> None:
+    from portable.telemetry._otel import _server
+
+    assert _server(endpoint) == server
