@@ -2,7 +2,8 @@
 
 Use the pytest fixtures in `tests.emulators.fixtures` (``moto_server``, ``azurite``,
 ``fake_gcs``, ``pubsub_emulator``, ``firestore_emulator``, ``kafka_broker``,
-``tansu_broker``, ``redis_server``, ``s3s_server``, ``k8s_cluster``), or from a shell::
+``tansu_broker``, ``redis_server``, ``s3s_server``, ``k8s_cluster``, ``jaeger``), or from a
+shell::
 
     python -m tests.emulators up kafka redis    # prints endpoints, records PIDs
     python -m tests.emulators status
@@ -25,6 +26,7 @@ from .harness import (
     free_port,
     is_listening,
 )
+from .jaeger import Jaeger
 from .k8s import KubernetesCluster
 from .kafka_brokers import KafkaBroker, TansuBroker
 from .moto_server import MotoServer
@@ -45,6 +47,7 @@ EMULATORS: dict[str, type[Emulator]] = {
         RedisServer,
         S3sServer,
         KubernetesCluster,
+        Jaeger,
     )
 }
 
@@ -67,6 +70,7 @@ __all__ = [
     "EmulatorUnavailable",
     "FakeGcs",
     "FirestoreEmulator",
+    "Jaeger",
     "KafkaBroker",
     "KubernetesCluster",
     "MotoServer",

@@ -120,3 +120,11 @@ def k8s_cluster() -> Iterator[EmulatorInfo]:
     endpoints ``server``, ``kubeconfig``, ``ca_file``, ``namespace``, ``url``, ``local_selector``,
     ``kwok_selector``; env ``KUBECONFIG``, ``PORTABLE_K8S_URL``."""
     yield from run_emulator("k8s")
+
+
+@pytest.fixture(scope="session")
+def jaeger() -> Iterator[EmulatorInfo]:
+    """Jaeger v1.76.0 (v2 all-in-one, in-memory): endpoints ``otlp_endpoint``, ``otlp_traces_url``,
+    ``query_url``, ``query_grpc``, ``health_url``; env ``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``."""
+    yield from run_emulator("jaeger")
