@@ -162,6 +162,12 @@ def check_k8s(info: EmulatorInfo) -> None:
     assert status == 401
 
 
+def check_jaeger(info: EmulatorInfo) -> None:
+    from tests.emulators.jaeger import round_trip
+
+    round_trip(info)  # an OTLP/JSON span in, read back by its trace id over the query API
+
+
 WIRE_CHECKS: dict[str, Callable[[EmulatorInfo], None]] = {
     "moto": check_moto,
     "azurite": check_azurite,
@@ -173,6 +179,7 @@ WIRE_CHECKS: dict[str, Callable[[EmulatorInfo], None]] = {
     "redis": check_redis,
     "s3s": check_s3s,
     "k8s": check_k8s,
+    "jaeger": check_jaeger,
 }
 
 
