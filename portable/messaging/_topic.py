@@ -22,7 +22,7 @@ from ..driver.messaging import (
 from ..driver.redaction import redact
 from ..errors import InvalidArgument, PortableError, TooLarge
 from ..resilience import ResiliencePolicy
-from ..telemetry._propagation import TRACEPARENT, TRACESTATE, message_context, tracing
+from ..telemetry._propagation import TRACEPARENT, TRACESTATE, UNSET_CONTEXT, message_context, publish_context, tracing
 from ._open import MessagingClient, Resolved
 from ._validation import as_body, attribute_text, check_attributes, check_token
 
@@ -171,7 +171,7 @@ class Topic(MessagingClient[TopicDriver]):
         """
         if not tracing():
             return send
-        ambient = message_context(None)
+        ambient = publish_context(None)
         if ambient is None:
             return send
 
@@ -185,7 +185,7 @@ class Topic(MessagingClient[TopicDriver]):
         """:meth:`_sender` for an async driver's ``publish`` / ``publish_batch``."""
         if not tracing():
             return send
-        ambient = message_context(None)
+        ambient = publish_context(None)
         if ambient is None:
             return send
 
@@ -199,13 +199,16 @@ class Topic(MessagingClient[TopicDriver]):
         """Whether a message with these fields travels as a bare body (so it gets no trace context)."""
         return self._bare_stays_bare and key is None and not attributes and idempotency_key is None
 
-    def _trace(self, attributes: object) -> dict[str, str] | None:
-        """The trace context to add to a message with ``attributes``, or None (off, no span, the caller's own)."""
+    def _trace(self, attributes: object) -> Mapping[str, str] | None:
+        """The trace context to build a message with ``attributes`` with, or None (off, or the caller's own).
+
+        With no span current it is the placeholder the guard's send span replaces (:func:`publish_context`).
+        """
         if not self._traces:
             return None
         if attributes is None or type(attributes) is dict:
-            return message_context(attributes)
-        return message_context(attributes if isinstance(attributes, Mapping) else None)
+            return publish_context(attributes)
+        return publish_context(attributes if isinstance(attributes, Mapping) else None)
 
     def publish_batch(self, messages: Iterable[bytes | OutgoingMessage]) -> list[str]:
         """Publish many messages (native batches of ``capabilities.max_batch``); return their ids in order.
@@ -381,17 +384,21 @@ class LazyOutgoingMessages(Sequence[OutgoingMessage]):
 
 def in_send_context(messages: Any, ambient: Mapping[str, str]) -> Any:
     """``messages`` (one OutgoingMessage or a chunk) with the context current now in place of
-    ``ambient`` (the caller's, added when the messages were made), where it differs."""
+    ``ambient`` (the caller's, or :data:`UNSET_CONTEXT`, added when the messages were made), where
+    it differs; the placeholder is removed if no span is current after all."""
     fresh = message_context(None)
-    if fresh is None or fresh.get(TRACEPARENT) == ambient.get(TRACEPARENT):
+    if fresh is None and ambient is not UNSET_CONTEXT:
+        return messages
+    if fresh is not None and fresh.get(TRACEPARENT) == ambient.get(TRACEPARENT):
         return messages
     mine = ambient[TRACEPARENT]
 
     def moved(m: OutgoingMessage) -> OutgoingMessage:
         if m.attributes.get(TRACEPARENT) != mine:
             return m
-        attributes = {n: v for n, v in m.attributes.items() if n != TRACESTATE}
-        attributes.update(fresh)
+        attributes = {n: v for n, v in m.attributes.items() if n != TRACESTATE and n != TRACEPARENT}
+        if fresh is not None:
+            attributes.update(fresh)
         return OutgoingMessage(m.body, attributes, m.key, m.idempotency_key)
 
     if isinstance(messages, OutgoingMessage):

@@ -137,6 +137,29 @@ def message_context(attributes: Mapping[str, str] | None) -> dict[str, str] | No
     return _current_carrier()
 
 
+#: What a message made while no span is current carries until the guard's ``send`` span gives it that
+#: span's context (:func:`publish_context`): a traceparent of the real one's length (so the size and
+#: attribute-count checks made when the message is built still hold) whose all-zero ids W3C Trace
+#: Context says a reader must ignore, should it ever travel.
+UNSET_CONTEXT: Mapping[str, str] = {TRACEPARENT: "00-" + "0" * 32 + "-" + "0" * 16 + "-00"}
+
+
+def publish_context(attributes: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    """The trace attributes a message published with ``attributes`` is built with, or None for none.
+
+    :func:`message_context`, except that with tracing on and no span current it is
+    :data:`UNSET_CONTEXT`: the guard's ``send`` span, current inside the publish
+    call, is then the message's creation context (the conventions: with no "create"
+    span, the send span's context is injected), so a publish outside any span of the
+    caller's still starts a trace the consumer joins.
+    """
+    if not tracing():
+        return None
+    if attributes and any(name in attributes for name in _CARRIER_NAMES):
+        return None
+    return _current_carrier() or UNSET_CONTEXT
+
+
 def _current_carrier() -> dict[str, str] | None:
     """The current span's context as ``TraceContextTextMapPropagator.inject`` writes it, or None.
 

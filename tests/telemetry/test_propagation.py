@@ -207,16 +207,25 @@ def test_the_handlers_span_is_in_the_producers_trace(queue_url: str, face: str, 
 
 
 # -- on mem://: the rules of injection --------------------------------------------------------------
-def test_publish_outside_any_span_adds_no_attribute(otel: Any, unique_name: str) -> None:
+def test_publish_outside_any_span_carries_its_send_spans_context(otel: Any, unique_name: str) -> None:
+    """With no span of the caller's, the guard's send span is the messages' creation context (the conventions:
+    with no "create" span, inject the send span's), so the consumer still joins the producer's trace."""
     url = f"mem://{unique_name}"
     with open_topic(url) as topic, open_subscription(url) as sub:
         topic.publish(b"a")
         topic.publish(b"b", attributes={"x": "1"})
         topic.publish_batch([b"c", OutgoingMessage(b"d", {"y": "2"})])
-        got = poll(sub, 4, 5)
-    assert sorted((dict(m.attributes) for m in got), key=str) == sorted(
-        [{}, {"x": "1"}, {}, {"y": "2"}], key=str
-    )
+        got = {m.body: dict(m.attributes) for m in poll(sub, 4, 5)}
+    sends = [s for s in otel.spans() if s.name == f"publish {unique_name}"]
+    assert len(sends) == 3  # two publishes and one batch
+    assert all(s.parent is None for s in sends)  # each is a root: no span of the caller's was current
+    single_a, single_b, batch = (traceparent(s.context) for s in sends)
+    assert got == {
+        b"a": {"traceparent": single_a},
+        b"b": {"x": "1", "traceparent": single_b},
+        b"c": {"traceparent": batch},
+        b"d": {"y": "2", "traceparent": batch},
+    }
 
 
 def test_a_callers_own_traceparent_is_kept(otel: Any, unique_name: str) -> None:
