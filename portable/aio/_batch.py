@@ -59,7 +59,7 @@ class AsyncBatchOperations:
         checked = keys_request(keys, self._max_key)
         out: dict[str, bytes] = {}
         for batch in driver_batches(checked):
-            async for key, result in self._adriver.get_many(batch):
+            async for key, result in self._guard.aobserved_batch("read", "get_many", batch, self._adriver.get_many(batch)):
                 if isinstance(result, BaseException):
                     data = await self._retry_alone("read", f"get {key}", result, self._adriver.get, key)
                     if data is None:
@@ -145,7 +145,8 @@ class AsyncBatchOperations:
         )
         out: dict[str, str | None] = {}
         for batch in driver_batches(checked):
-            async for key, result in self._adriver.put_many(batch, options):
+            results = self._adriver.put_many(batch, options)
+            async for key, result in self._guard.aobserved_batch("write", "put_many", batch, results):
                 if isinstance(result, BaseException):
                     data = dict(batch)[key]
                     result = await self._retry_alone(
@@ -158,7 +159,8 @@ class AsyncBatchOperations:
         """Delete many objects concurrently; missing keys are not an error."""
         checked = keys_request(keys, self._max_key)
         for batch in driver_batches(checked):
-            async for key, result in self._adriver.delete_many(batch):
+            results = self._adriver.delete_many(batch)
+            async for key, result in self._guard.aobserved_batch("write", "delete_many", batch, results):
                 if isinstance(result, BaseException):
                     await self._retry_alone("write", f"delete {key}", result, self._adriver.delete, key)
 
@@ -168,7 +170,7 @@ class AsyncBatchOperations:
         out: dict[str, str | None] = {}
         for batch in driver_batches(checked):
             source_of = {dst: src for src, dst in batch}
-            async for dst, result in self._adriver.copy_many(batch):
+            async for dst, result in self._guard.aobserved_batch("write", "copy_many", batch, self._adriver.copy_many(batch)):
                 if isinstance(result, BaseException):
                     src = source_of[dst]
                     result = await self._retry_alone(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from ..driver.redaction import redact, scrub_exception_chain
@@ -396,6 +396,63 @@ class Guard:
             if limits is not None:
                 lift_limits(limits)
             notify_ended(scopes, error, result)
+
+    # -- driver batches ---------------------------------------------------
+    def observed_batch(
+        self, op_class: str, operation: str, batch: list[Any], results: Iterable[tuple[str, Any]]
+    ) -> Iterable[tuple[str, Any]]:
+        """A driver batch method's per-item ``results``, told to the observers as one call.
+
+        The batch methods (``get_many``, ``put_many``, ``delete_many``, ``copy_many``) run the
+        driver's own concurrency outside :meth:`call` (a failed item is retried alone, through
+        it). With no observer this returns ``results`` as they are; with some it consumes them
+        inside one observed call (``operation``, ``args=(batch,)``, the result the list of
+        ``(key, outcome)`` pairs, a failed item's outcome its exception) and returns that list.
+        """
+        if not OBSERVERS:
+            return results
+        scopes = start_scopes(self._batch_info(op_class, operation, batch, "sync"))
+        error: BaseException | None = None
+        collected: list[tuple[str, Any]] | None = None
+        try:
+            collected = list(results)
+            return collected
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            notify_ended(scopes, error, collected)
+
+    def aobserved_batch(
+        self, op_class: str, operation: str, batch: list[Any], results: AsyncIterable[tuple[str, Any]]
+    ) -> AsyncIterable[tuple[str, Any]]:
+        """:meth:`observed_batch` for an async driver's batch (an async iterator of ``(key, outcome)``)."""
+        if not OBSERVERS:
+            return results
+        return self._acollected_batch(op_class, operation, batch, results)
+
+    async def _acollected_batch(
+        self, op_class: str, operation: str, batch: list[Any], results: AsyncIterable[tuple[str, Any]]
+    ) -> AsyncIterator[tuple[str, Any]]:
+        scopes = start_scopes(self._batch_info(op_class, operation, batch, "async"))
+        error: BaseException | None = None
+        collected: list[tuple[str, Any]] = []
+        try:
+            async for pair in results:
+                collected.append(pair)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            notify_ended(scopes, error, collected)  # before the first item is handed on: spans nest
+        for pair in collected:
+            yield pair
+
+    def _batch_info(self, op_class: str, operation: str, batch: list[Any], face: str) -> CallInfo:
+        what = f"{operation} {len(batch)} objects"
+        return CallInfo(
+            self.provider, self.endpoint, op_class, operation, what, (batch,), self.target, face, self.domain
+        )
 
     def _info(self, op_class: str, what: str, fn: Callable[..., Any], args: tuple[Any, ...], face: str) -> CallInfo:
         """The observers' view of one call."""

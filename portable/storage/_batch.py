@@ -94,7 +94,7 @@ class BatchOperations(BucketState):
         keys = keys_request(keys, self._max_key)
         out: dict[str, bytes] = {}
         for batch in driver_batches(keys):
-            for key, result in self._driver.get_many(batch):
+            for key, result in self._guard.observed_batch("read", "get_many", batch, self._driver.get_many(batch)):
                 if isinstance(result, BaseException):
                     data = self._retry_alone("read", f"get {key}", result, self._driver.get, key)
                     if data is None:
@@ -205,7 +205,8 @@ class BatchOperations(BucketState):
         )
         out: dict[str, str | None] = {}
         for batch in driver_batches(checked):
-            for key, result in self._driver.put_many(batch, options):
+            results = self._driver.put_many(batch, options)
+            for key, result in self._guard.observed_batch("write", "put_many", batch, results):
                 if isinstance(result, BaseException):
                     data = dict(batch)[key]
                     result = self._retry_alone("write", f"put {key}", result, self._driver.put, key, data, options)
@@ -216,7 +217,7 @@ class BatchOperations(BucketState):
         """Delete many objects concurrently; missing keys are not an error."""
         keys = keys_request(keys, self._max_key)
         for batch in driver_batches(keys):
-            for key, result in self._driver.delete_many(batch):
+            for key, result in self._guard.observed_batch("write", "delete_many", batch, self._driver.delete_many(batch)):
                 if isinstance(result, BaseException):
                     self._retry_alone("write", f"delete {key}", result, self._driver.delete, key)
 
@@ -234,7 +235,7 @@ class BatchOperations(BucketState):
         out: dict[str, str | None] = {}
         for batch in driver_batches(checked):
             source_of = {dst: src for src, dst in batch}
-            for dst, result in self._driver.copy_many(batch):
+            for dst, result in self._guard.observed_batch("write", "copy_many", batch, self._driver.copy_many(batch)):
                 if isinstance(result, BaseException):
                     src = source_of[dst]
                     result = self._retry_alone("write", f"copy {src} -> {dst}", result, self._driver.copy, src, dst)

@@ -9,6 +9,16 @@ no observer a call pays that one check.
 
 Observers must not raise: an observer's exception is swallowed and the call
 goes on (an observer's bug must not fail a storage write), and must not block.
+
+What counts as one call:
+
+* every :meth:`Guard.call` / :meth:`Guard.acall` (``operation`` the driver method's name);
+* every driver batch of ``Bucket.get_many`` / ``put_many`` / ``delete_many`` / ``copy_many``
+  (both faces; at most 4,096 items each): ``operation`` is that name, ``args`` is
+  ``(batch,)`` (keys, ``(key, data)`` or ``(source, destination)`` pairs), the result
+  told to :meth:`CallScope.ended` is the list of ``(key, outcome)`` pairs, a failed
+  item's outcome its exception; such an item is then retried alone, as a call of its own;
+* idempotency claims are not calls: :data:`CLAIM_OBSERVERS` hear of them.
 """
 
 from __future__ import annotations

@@ -94,7 +94,16 @@ def _server(endpoint: str) -> tuple[str, int | None] | None:
 class _Shape:
     """What every call of one (guard, operation) shares: span name, attributes, metric attributes."""
 
-    __slots__ = ("attributes", "keyed", "messaging_attributes", "messaging_type", "metric_attributes", "name", "s3")
+    __slots__ = (
+        "attributes",
+        "batch",
+        "keyed",
+        "messaging_attributes",
+        "messaging_type",
+        "metric_attributes",
+        "name",
+        "s3",
+    )
 
     messaging_type: str | None
 
@@ -121,6 +130,7 @@ class _Shape:
                 attributes["server.port"] = server[1]
         self.s3 = provider == "s3"
         self.keyed = domain == "storage" and op in _KEYED
+        self.batch = domain == "storage" and op.endswith("_many")
         self.messaging_type = None
         self.messaging_attributes: dict[str, Any] = {}
         if domain == "messaging" or info.op_class in MESSAGING_TYPES:
@@ -167,6 +177,8 @@ _BYTES = (bytes, bytearray, memoryview)
 def _body_size(item: Any) -> int:
     if isinstance(item, _BYTES):
         return len(item)
+    if type(item) is tuple and len(item) == 2 and isinstance(item[1], _BYTES):
+        return len(item[1])  # a batch's (key, data)
     body = getattr(item, "body", None)
     return len(body) if isinstance(body, _BYTES) else 0
 
@@ -196,7 +208,7 @@ def received_bytes(result: Any) -> int:
     if isinstance(result, (bytes, bytearray, memoryview)):
         return len(result)
     if isinstance(result, list):
-        return sum(_body_size(item) for item in result)
+        return sum(_body_size(item) for item in result)  # messages, or a batch's (key, data) pairs
     return 0
 
 
@@ -342,6 +354,8 @@ class OtelObserver:
             attributes = shape.attributes
             if shape.keyed and info.args and isinstance(info.args[0], str):
                 attributes = {**attributes, ("aws.s3.key" if shape.s3 else "portable.storage.key"): info.args[0]}
+            elif shape.batch and info.args and isinstance(info.args[0], list):
+                attributes = {**attributes, "portable.storage.batch.count": len(info.args[0])}
             elif info.domain == "compute" and info.args and isinstance(info.args[0], str):
                 attributes = {**attributes, "portable.compute.job.id": info.args[0]}
             span = self.tracer.start_span(shape.name, kind=SpanKind.CLIENT, attributes=attributes)

@@ -169,6 +169,23 @@ def test_storage_calls_on_the_emulator_are_spans_with_semantic_attributes(
 
 
 @pytest.mark.parametrize("kind", sorted(STORAGE))
+def test_a_batch_on_the_emulator_is_one_span(
+    otel: Telemetry, kind: str, request: pytest.FixtureRequest, unique_name: str
+) -> None:
+    url, bucket_name = storage_url(kind, request, unique_name)
+    with open_bucket(url) as bucket:
+        otel.clear()
+        bucket.put_many({"a": b"1", "b": b"22", "c": b"333"})
+        assert bucket.get_many(["a", "b", "c"]) == {"a": b"1", "b": b"22", "c": b"333"}
+        bucket.delete_many(["a", "b", "c"])
+    for op in ("put_many", "get_many", "delete_many"):
+        span = otel.span(f"{op} {bucket_name}")
+        assert attrs(span)["portable.storage.batch.count"] == 3
+        assert attrs(span)["cloud.provider"] == STORAGE[kind][0]
+    assert otel.total("portable.client.io", network__io__direction="receive", portable__operation="get_many") == 6
+
+
+@pytest.mark.parametrize("kind", sorted(STORAGE))
 def test_async_storage_calls_on_the_emulator_are_spans(
     otel: Telemetry, kind: str, request: pytest.FixtureRequest, unique_name: str
 ) -> None:

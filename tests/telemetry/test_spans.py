@@ -21,6 +21,7 @@ from portable.idempotency import MemoryStore, SqliteStore, fingerprint, run_once
 from portable.messaging import open_subscription, open_topic
 from portable.resilience import BreakerPolicy, ResiliencePolicy, RetryPolicy
 from portable.storage import open_bucket
+from portable.telemetry import add_observer
 from portable.telemetry._observe import key_hash
 from portable.testing.chaos import chaos_of
 
@@ -103,8 +104,6 @@ class EndOutageAfter:
 
 
 def test_a_retried_call_has_one_retry_event_per_retry_then_succeeds(otel: Telemetry) -> None:
-    from portable.telemetry import add_observer
-
     with open_bucket("chaos+mem://span-retry?error_rate=0", policy=QUICK) as bucket:
         bucket.put("k", b"v")
         otel.clear()
@@ -219,6 +218,48 @@ def test_secrets_in_an_endpoint_or_an_error_never_reach_a_span(otel: Telemetry) 
         assert secret not in text
     assert attrs(span)["portable.endpoint"].startswith("https://127.0.0.1:9/acct?sig=***")
     assert attrs(span)["server.address"] == "127.0.0.1" and attrs(span)["server.port"] == 9
+
+
+def test_a_driver_batch_is_one_span_with_its_size(otel: Telemetry) -> None:
+    with open_bucket("mem://span-batch") as bucket:
+        bucket.put_many({"a": b"1", "b": b"22", "c": b"333"})
+        assert bucket.get_many(["a", "b", "c"]) == {"a": b"1", "b": b"22", "c": b"333"}
+        bucket.copy_many({"a": "a2"})
+        bucket.delete_many(["a", "b"])
+    assert otel.names() == ["put_many span-batch", "get_many span-batch", "copy_many span-batch", "delete_many span-batch"]
+    assert attrs(otel.span("put_many span-batch"))["portable.storage.batch.count"] == 3
+    assert attrs(otel.span("delete_many span-batch"))["portable.storage.batch.count"] == 2
+    assert otel.total("portable.client.io", network__io__direction="transmit", portable__operation="put_many") == 6
+    assert otel.total("portable.client.io", network__io__direction="receive", portable__operation="get_many") == 6
+
+
+def test_an_async_driver_batch_is_one_span(otel: Telemetry) -> None:
+    async def main() -> None:
+        async with portable.aio.open_bucket("mem://span-abatch") as bucket:
+            await bucket.put_many({"a": b"1", "b": b"22"})
+            assert await bucket.get_many(["a", "b"]) == {"a": b"1", "b": b"22"}
+            await bucket.delete_many(["a", "b"])
+
+    asyncio.run(main())
+    assert otel.names() == ["put_many span-abatch", "get_many span-abatch", "delete_many span-abatch"]
+    assert attrs(otel.span("get_many span-abatch"))["portable.storage.batch.count"] == 2
+
+
+def test_an_item_that_failed_in_a_batch_is_retried_alone_in_a_span_of_its_own(otel: Telemetry) -> None:
+    with open_bucket("chaos+mem://span-batch-retry?error_rate=0", policy=QUICK) as bucket:
+        bucket.put("a", b"1")
+        otel.clear()
+        chaos = chaos_of(bucket)
+        chaos.start_outage("unavailable")
+        remove = add_observer(EndOutageAfter(chaos, 1))  # the batch's item fails, then its first retry
+        try:
+            assert bucket.get_many(["a"]) == {"a": b"1"}
+        finally:
+            remove()
+    assert otel.names() == ["get_many span-batch-retry", "get span-batch-retry"]
+    alone = otel.span("get span-batch-retry")
+    assert [e.name for e in alone.events] == ["retry"]
+    assert attrs(alone)["portable.storage.key"] == "a"
 
 
 # -- async face ----------------------------------------------------------------------------
