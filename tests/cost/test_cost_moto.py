@@ -8,8 +8,8 @@ forwarded exactly what moto received. The meter's per-price-class counts must
 equal the proxy's, request for request, over put, get, head, a listing of
 several pages, copy, delete, a streamed write that fits one part, a
 multipart streamed write, and retried calls; and SQS send (one and batched),
-receive, ack, ack_many, nack. The batch methods (put_many, ...) are not
-seen by any observer yet: their test is a strict xfail saying why.
+receive, ack, ack_many, nack; and the batch methods (put_many, get_many,
+copy_many, delete_many), each one observed call of the guard.
 """
 
 from __future__ import annotations
@@ -152,14 +152,6 @@ def test_s3_requests_equal_what_moto_served(moto: dict[str, str], proxy: Countin
     assert report.usd == pytest.approx(18 * 0.005 / 1000 + 6 * 0.0004 / 1000)
 
 
-_BATCH_GAP = (
-    "Bucket.put_many/get_many/delete_many/copy_many call the driver's batch method directly, not "
-    "through Guard.call (portable/storage/_batch.py): no observer sees the batch, only the items "
-    "retried alone. Fixed when _batch.py reports each batch to the observers"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_BATCH_GAP)
 @pytest.mark.parametrize("method", ["put_many", "get_many", "copy_many", "delete_many"])
 def test_s3_batches_are_counted(moto: dict[str, str], proxy: CountingProxy, method: str) -> None:
     from portable.storage import open_bucket
