@@ -126,7 +126,7 @@ def _release_quietly(store: IdempotencyStore, key: str, token: str) -> None:
         store.release(key, token)
 
 
-def _claim(store: IdempotencyStore, key: str, payload_fingerprint: str, lease: float, ttl: float) -> Claim:
+def observed_claim(store: IdempotencyStore, key: str, payload_fingerprint: str, lease: float, ttl: float) -> Claim:
     """``store.claim``, told to the claim observers (tracing: a ``claim`` span with its outcome) if any."""
     if not CLAIM_OBSERVERS:
         return store.claim(key, payload_fingerprint, lease=lease, ttl=ttl)
@@ -177,10 +177,10 @@ def run_once(
             released (the effect ran, but the key is free again).
     """
     waiter = _Waiter(key, wait)
-    claim = _claim(store, key, payload_fingerprint, lease, ttl)
+    claim = observed_claim(store, key, payload_fingerprint, lease, ttl)
     while (pause := waiter.pause(claim)) is not None:
         time.sleep(pause)
-        claim = _claim(store, key, payload_fingerprint, lease, ttl)
+        claim = observed_claim(store, key, payload_fingerprint, lease, ttl)
     if claim.status == "completed":
         return _stored_result(claim, decode)
     token = claim.token

@@ -26,6 +26,7 @@ from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
 from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..errors import PortableError, PreconditionFailed
+from ..idempotency._run_once import observed_claim
 from ..telemetry._propagation import ConsumerTelemetry
 from ._handling import Effect, Holding, MessageScript, RunOptions, drive
 from ._message import Message, MessageSettler
@@ -157,7 +158,7 @@ class RunClaims:
             IdempotencyConflict: the key was used with another body.
             Exception: whatever else the store raises.
         """
-        claim = self.store.claim(key, fingerprint(message.body), lease=self.lease, ttl=self.ttl)
+        claim = observed_claim(self.store, key, fingerprint(message.body), self.lease, self.ttl)
         if claim.status == "acquired" and claim.token is not None:
             with self._lock:
                 self._held[id(message)] = [key, claim.token, time.monotonic() + self.lease, True]

@@ -22,7 +22,14 @@ from ..driver.messaging import (
 from ..driver.redaction import redact
 from ..errors import InvalidArgument, PortableError, TooLarge
 from ..resilience import ResiliencePolicy
-from ..telemetry._propagation import TRACEPARENT, TRACESTATE, UNSET_CONTEXT, message_context, publish_context, tracing
+from ..telemetry._propagation import (
+    TRACEPARENT,
+    TRACESTATE,
+    UNSET_CONTEXT,
+    message_context,
+    publish_context,
+    tracing,
+)
 from ._open import MessagingClient, Resolved
 from ._validation import as_body, attribute_text, check_attributes, check_token
 

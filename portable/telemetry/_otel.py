@@ -98,6 +98,7 @@ class _Shape:
         "attributes",
         "batch",
         "keyed",
+        "kind",
         "messaging_attributes",
         "messaging_type",
         "metric_attributes",
@@ -133,6 +134,9 @@ class _Shape:
         self.batch = domain == "storage" and op.endswith("_many")
         self.messaging_type = None
         self.messaging_attributes: dict[str, Any] = {}
+        # the messaging conventions: a send span with no "create" span is PRODUCER (its context is the
+        # messages' creation context); receive and settle are CLIENT, as is every other call
+        self.kind = SpanKind.PRODUCER if MESSAGING_TYPES.get(info.op_class) == "send" else SpanKind.CLIENT
         if domain == "messaging" or info.op_class in MESSAGING_TYPES:
             self.messaging_type = MESSAGING_TYPES.get(info.op_class)
             op_name = "publish" if op == "publish_batch" else op
@@ -329,7 +333,7 @@ def _messaging_result(span: Any, info: CallInfo, result: Any) -> None:
 
 
 class OtelObserver:
-    """The guard observer that makes a CLIENT span (tracing on) and records metrics (metrics on) per call.
+    """The guard observer that makes a span per call (PRODUCER for a publish, else CLIENT; tracing on) and records metrics (metrics on).
 
     Args:
         tracer_provider: where spans go, or None for no spans.
@@ -358,7 +362,7 @@ class OtelObserver:
                 attributes = {**attributes, "portable.storage.batch.count": len(info.args[0])}
             elif info.domain == "compute" and info.args and isinstance(info.args[0], str):
                 attributes = {**attributes, "portable.compute.job.id": info.args[0]}
-            span = self.tracer.start_span(shape.name, kind=SpanKind.CLIENT, attributes=attributes)
+            span = self.tracer.start_span(shape.name, kind=shape.kind, attributes=attributes)
             token = otel_context.attach(otel_trace.set_span_in_context(span))
         return _Scope(self, info, shape, span, token)
 
@@ -366,7 +370,7 @@ class OtelObserver:
     def claimed(
         self, store: object, key: str, claim: Any, error: BaseException | None, started_ns: int, ended_ns: int
     ) -> None:
-        """One idempotency claim: a span ``claim {key hash}`` with the outcome as an event, and a count."""
+        """One idempotency claim: a span ``claim {store class}`` with the outcome as an event, and a count."""
         outcome = "error" if error is not None else str(getattr(claim, "status", "unknown"))
         kind = None if error is None else error_type(error)
         store_kind = type(store).__name__
@@ -380,7 +384,8 @@ class OtelObserver:
             starts = getattr(claim, "starts", None)
             if isinstance(starts, int):
                 attributes["portable.idempotency.starts"] = starts
-            span = self.tracer.start_span(f"claim {hashed}", attributes=attributes, start_time=started_ns)
+            # a low-cardinality name (the conventions' advice): the key's hash is an attribute, not the name
+            span = self.tracer.start_span(f"claim {store_kind}", attributes=attributes, start_time=started_ns)
             event: dict[str, Any] = {"portable.idempotency.outcome": outcome}
             if kind is not None:
                 event["error.type"] = kind

@@ -301,6 +301,7 @@ def test_published_and_consumed_message_is_one_trace_in_jaeger(
     assert publish["operationName"] == f"publish {destination}"
     assert process["operationName"] == f"process {destination}"
     assert process_tags["span.kind"] == "consumer"
+    assert publish_tags["span.kind"] == "producer"
     # the ack settles the message inside the process span
     settles = [s for s in spans if tags(s).get("messaging.operation.type") == "settle"]
     assert [parent_of(s) for s in settles] == [process["spanID"]]

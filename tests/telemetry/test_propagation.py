@@ -413,6 +413,11 @@ def test_an_idempotency_skip_is_an_event(otel: Any, unique_name: str, tmp_path: 
         [e.name for e in s.events] for s in sorted(process_spans(otel), key=lambda s: s.start_time)
     ]
     assert events == [["settle"], ["settle", "portable.idempotency"]]
+    # the loop's claims are claim spans too, inside each message's process span
+    claims = sorted(otel.spans("claim SqliteStore"), key=lambda s: s.start_time)
+    assert [c.attributes["portable.idempotency.outcome"] for c in claims] == ["acquired", "completed"]  # type: ignore[index]
+    by_id = {s.context.span_id: s for s in process_spans(otel)}
+    assert all(c.parent is not None and c.parent.span_id in by_id for c in claims)
 
 
 def test_the_loop_meters_in_flight_messages_and_processing_time(
