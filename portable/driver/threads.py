@@ -95,13 +95,14 @@ class _Lane:
     as before.
     """
 
-    __slots__ = ("armed", "items", "lock", "loop")
+    __slots__ = ("armed", "arming", "items", "lock", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.lock = threading.Lock()
         self.items: list[tuple[Callable[[Any], object], Any]] = []
         self.armed = False
+        self.arming: set[asyncio.AbstractEventLoop] = set()
 
     def push(self, callback: Callable[[Any], object], arg: Any) -> None:
         """Run ``callback(arg)`` on the lane's loop soon. Raises RuntimeError if that loop is closed."""
@@ -118,6 +119,28 @@ class _Lane:
                 with contextlib.suppress(ValueError):
                     self.items.remove((callback, arg))
             raise
+
+    def push_from(self, here: asyncio.AbstractEventLoop, callback: Callable[[Any], object], arg: Any) -> None:
+        """:meth:`push` from a callback running on loop ``here``, waking the lane's loop at the end of
+        ``here``'s current iteration: what else finishes in that iteration goes in the same wake-up."""
+        with self.lock:
+            self.items.append((callback, arg))
+            if self.armed or here in self.arming:
+                return
+            self.arming.add(here)
+        here.call_soon(self._arm, here)
+
+    def _arm(self, here: asyncio.AbstractEventLoop) -> None:
+        with self.lock:
+            self.arming.discard(here)
+            if self.armed or not self.items:
+                return
+            self.armed = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the lane's loop is closed: nobody waits for what it holds
+            with self.lock:
+                self.items.clear()
 
     def _drain(self) -> None:
         with self.lock:
@@ -193,11 +216,11 @@ class _Failed:
 
 
 def _deliver(future: asyncio.Future[Any], outcome: asyncio.Task[Any] | _Failed) -> None:
+    """On the driver's loop: send ``outcome`` to the caller's loop with the others of this iteration."""
     loop = future.get_loop()
     if loop.is_closed():
         return  # the caller's loop is gone: nobody waits for this outcome
-    with contextlib.suppress(RuntimeError):  # closed meanwhile
-        _lane(loop).push(_settle, (future, outcome))
+    _lane(loop).push_from(asyncio.get_running_loop(), _settle, (future, outcome))
 
 
 def _settle(pair: tuple[asyncio.Future[Any], asyncio.Task[Any] | _Failed]) -> None:
