@@ -106,6 +106,8 @@ class _Lane:
 
     def push(self, callback: Callable[[Any], object], arg: Any) -> None:
         """Run ``callback(arg)`` on the lane's loop soon. Raises RuntimeError if that loop is closed."""
+        if self.loop.is_closed():  # a wake-up still pending on a closed loop would never come
+            raise RuntimeError("Event loop is closed")
         with self.lock:
             self.items.append((callback, arg))
             if self.armed:
