@@ -12,8 +12,9 @@ Each call hops to s3fs's loop thread and its outcome hops back, and
 ``run_on_loop`` batches both hops: the single calls that ``asyncio.gather``
 makes while s3fs's loop is busy start there in one wake-up, and the outcomes
 that finish in one iteration of that loop come back in one wake-up of the
-caller's. A wake-up per call and per outcome, the first design, cost about
-300 us of CPU per 1 KiB put (1,557 against aiobotocore's own 1,249 us);
+caller's. A wake-up per call and per outcome (the first design) cost 1.25x
+aiobotocore's CPU per 1 KiB put in a gather of 16 (1,557 against 1,249 us);
+batched, 0.99-1.11x in three runs on 2 shared cores (bench/results/aio.md).
 bench/aio_bench.py measures the batched hop against aiobotocore and against
 the other design, an aiobotocore client on the caller's loop
 (bench/_s3_caller_loop.py), side by side. s3fs's loop keeps one client and
