@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/aio_bench.py            # full run: 2,000 x 1 KiB, 7 rounds (a few minutes)
     .venv/bin/python bench/aio_bench.py --quick    # smoke test: 300 x 1 KiB, 2 rounds, 2,000 concurrent gets
+    .venv/bin/python bench/aio_bench.py --group fsspec --op put   # one section again (writes aio-partial.*)
 
 Needs bench/s3s-server built (bench/compare.py --build-server) and
 ``pip install -r bench/requirements-compare.txt`` (obstore, aiobotocore via s3fs).
@@ -219,7 +220,8 @@ def interleave(contestants: dict[str, Callable[[], int]], rounds: int) -> dict[s
     return rates
 
 
-def measure(contestants: list[Contestant], count: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+def measure(contestants: list[Contestant], count: int, rounds: int,
+            ops: tuple[str, ...] = ("put", "get")) -> dict[str, dict[str, list[float]]]:
     items = {f"obj-{i:05d}": os.urandom(KIB) for i in range(count)}
     keys = list(items)
     for c in contestants:  # every contestant's objects exist before the first timed get
@@ -233,7 +235,7 @@ def measure(contestants: list[Contestant], count: int, rounds: int) -> dict[str,
         return run
 
     out = {}
-    for op in ("put", "get"):
+    for op in ops:
         CPU.clear()
         out[op] = interleave({c.name: timed(c, op) for c in contestants}, rounds)
         out[op + " cpu"] = dict(CPU)
@@ -327,7 +329,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="300 objects, 2 rounds, 2,000 concurrent gets")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 7; 2 with --quick)")
     parser.add_argument("--count", type=int, default=None, help="objects per batch (default 2,000; 300 with --quick)")
+    parser.add_argument("--group", action="append", choices=list(TARGETS), default=None,
+                        help="only this engine's section (repeatable; default both); writes aio-partial.*")
+    parser.add_argument("--op", action="append", choices=["put", "get"], default=None,
+                        help="only this operation (repeatable; default both); writes aio-partial.*")
     args = parser.parse_args()
+    partial = bool(args.group or args.op)
+    ops = tuple(args.op or ("put", "get"))
     rounds = args.rounds or (2 if args.quick else 7)
     count = args.count or (300 if args.quick else 2000)
     fan = 2000 if args.quick else 10_000
@@ -352,12 +360,16 @@ def main() -> int:
                        aiobotocore_peer(target, f"{run}-aiobotocore/")],
         }
         for group, contestants in groups.items():
+            if args.group and group not in args.group:
+                for c in contestants:
+                    c.close()
+                continue
             print(f"{group}: {count} x 1 KiB, {rounds} rounds ...", flush=True)
-            rates = measure(contestants, count, rounds)
+            rates = measure(contestants, count, rounds, ops)
             mine = [c.name for c in contestants if c.name.startswith(("AsyncBucket", "gather"))]
             by_name = {c.name: c for c in contestants}
             peer, goal, judged = TARGETS[group]
-            for op in ("put", "get"):
+            for op in ops:
                 sections[f"S3 {group} engine, {op} {count} x 1 KiB, 16 in flight"] = rows(
                     rates[op], rates[op + " cpu"], mine)
                 for ours in judged:
@@ -371,18 +383,19 @@ def main() -> int:
                                    "met": ratio[0] >= goal})
             for c in contestants:
                 c.close()
-        print(f"{fan} concurrent gets ...", flush=True)
-        sections[f"{fan} concurrent AsyncBucket.get (one gather, no semaphore)"] = fan_out(
-            {"s3 obstore engine (native)": f"{base}-fan?engine=obstore&sign_payload=false&{q}",
-             "mem:// (inline: it never blocks)": "mem://aio-bench",
-             "file:// (thread-adapted: the bounded pool)": f"file://{tempfile.mkdtemp(prefix='aio-bench-')}"}, fan)
+        if not partial:
+            print(f"{fan} concurrent gets ...", flush=True)
+            sections[f"{fan} concurrent AsyncBucket.get (one gather, no semaphore)"] = fan_out(
+                {"s3 obstore engine (native)": f"{base}-fan?engine=obstore&sign_payload=false&{q}",
+                 "mem:// (inline: it never blocks)": "mem://aio-bench",
+                 "file:// (thread-adapted: the bounded pool)": f"file://{tempfile.mkdtemp(prefix='aio-bench-')}"}, fan)
     finally:
         stop()
     sections["targets"] = checks
     extra = {"load_before": load_before, "load_after": loadavg(), "rounds": rounds, "count": count,
              "cpus": os.cpu_count()}
     sections["run (load average: 1-minute, /proc/loadavg)"] = [extra]
-    write("aio-quick" if args.quick else "aio", sections, extra)
+    write("aio-partial" if partial else "aio-quick" if args.quick else "aio", sections, extra)
     print(f"load average: {load_before} before, {extra['load_after']} after")
     return 0 if all(c["met"] for c in checks) else 1  # each verdict is its decisive run
 

@@ -15,7 +15,9 @@ the fsspec ones (s3fs/aiobotocore on moto, gcsfs on fake-gcs-server, the Azure
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import urllib.parse
 import urllib.request
 import uuid
@@ -467,5 +469,116 @@ def test_a_cancelled_async_bucket_stream_leaves_no_object(engine: Engine) -> Non
             assert not await bucket.exists("s.bin")
         finally:
             await bucket.aclose()
+
+    run(main())
+
+
+# ---------------------------------------------------------------- the fsspec S3 engine's hop to s3fs's loop
+@pytest.fixture
+def s3fs_drivers(aws: dict[str, str]) -> Iterator[tuple[Engine, StorageDriver, AsyncStorageDriver]]:
+    """The fsspec S3 engine on moto: the engine, its sync driver and its async twin (on s3fs's loop)."""
+    engine = _s3_engine(aws, f"t-{uuid.uuid4().hex[:10]}", "fsspec")
+    bucket = open_bucket(engine.url)
+    try:
+        yield engine, bucket.driver, bucket.driver.async_driver()
+    finally:
+        bucket.close()
+
+
+@contextlib.contextmanager
+def loop_held(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Keep ``loop`` (s3fs's loop thread) busy in one callback until the block ends: what is handed
+    to it meanwhile queues, as it does behind a loop busy with botocore's work."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(30)
+
+    loop.call_soon_threadsafe(hold)
+    assert held.wait(10), "s3fs's loop did not run the holding callback"
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def test_gathered_single_puts_reach_s3fs_loop_in_one_wake_up(
+    s3fs_drivers: tuple[Engine, StorageDriver, AsyncStorageDriver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``asyncio.gather`` over single puts: the calls made while s3fs's loop is busy start there in one
+    wake-up (not one per call), and every put stores its own object and returns its etag."""
+    engine, sync, adrv = s3fs_drivers
+    s3fs_loop = sync._loop  # type: ignore[attr-defined]
+    drains: list[int] = []
+    drain = threads._Lane._drain
+
+    def counted(lane: threads._Lane) -> None:
+        if lane.loop is s3fs_loop:
+            drains.append(len(lane.items))
+        drain(lane)
+
+    monkeypatch.setattr(threads._Lane, "_drain", counted)
+    bodies = {f"g/{i:02d}": f"body {i}".encode() for i in range(32)}
+
+    async def main() -> list[str | None]:
+        with loop_held(s3fs_loop):
+            puts = asyncio.gather(*(adrv.put(k, v, PLAIN) for k, v in bodies.items()))
+            for _ in range(3):
+                await asyncio.sleep(0)  # every put has handed its call over
+        return await puts
+
+    etags = run(main())
+    assert drains[:1] == [32], f"the 32 calls took {drains} wake-ups of s3fs's loop"
+    assert all(etags) and len(set(etags)) == 32
+    for key, body in bodies.items():
+        assert engine.native_get(key) == body
+
+
+def test_a_put_cancelled_before_s3fs_loop_starts_it_never_reaches_s3(
+    s3fs_drivers: tuple[Engine, StorageDriver, AsyncStorageDriver],
+) -> None:
+    """A put cancelled while its call still waits for s3fs's busy loop never starts: nothing is stored,
+    and the CancelledError reaches the caller; a put made after it is served as usual."""
+    engine, sync, adrv = s3fs_drivers
+
+    async def main() -> None:
+        with loop_held(sync._loop):  # type: ignore[attr-defined]
+            task = asyncio.ensure_future(adrv.put("never.txt", b"x", PLAIN))
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert await adrv.put("after.txt", b"y", PLAIN)
+        await asyncio.sleep(0.2)  # a request started anyway would have landed by now
+        with pytest.raises(Exception) as missing:  # the sync driver's own exception, classified below
+            await adrv.head("never.txt")
+        assert sync.code_of(missing.value) is ErrorCode.NOT_FOUND
+
+    run(main())
+    assert engine.native_get("after.txt") == b"y"
+
+
+def test_an_error_and_a_cancel_on_s3fs_loop_reach_the_caller_as_on_the_sync_face(
+    s3fs_drivers: tuple[Engine, StorageDriver, AsyncStorageDriver],
+) -> None:
+    """The hop carries an outcome unchanged: a conditional put's failure is the sync driver's own
+    exception (classified the same), and a request cancelled on s3fs's loop cancels the caller."""
+    _, sync, adrv = s3fs_drivers
+
+    async def slow_then_cancelled() -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        await asyncio.sleep(1)
+
+    async def main() -> None:
+        await adrv.put("c.txt", b"1", PLAIN)
+        results = await asyncio.gather(
+            *(adrv.put("c.txt", b"2", WriteOptions(if_none_match=True)) for _ in range(8)), return_exceptions=True
+        )
+        refused = (ErrorCode.ALREADY_EXISTS, ErrorCode.PRECONDITION_FAILED)  # as moto answers If-None-Match
+        assert all(isinstance(r, Exception) and sync.code_of(r) in refused for r in results), results
+        with pytest.raises(asyncio.CancelledError):
+            await threads.run_on_loop(sync._loop, slow_then_cancelled)  # type: ignore[attr-defined]
+        assert await adrv.get("c.txt") == b"1"
 
     run(main())

@@ -8,12 +8,18 @@ bound; the async face awaits those same coroutines there through
 connection pool and one client for both faces, cancellation carried across
 (cancelling the caller cancels the request's task on s3fs's loop).
 
-Why s3fs's loop and not a client on the caller's loop
-(bench/_s3_caller_loop.py, the other design): bench/aio_bench.py measures
-both side by side, and on s3s-fs they are level (1 KiB puts and gets, 16 in
-flight: paired ratios 0.97-1.03, CPU per operation within 5%, the hop being
-small beside botocore's own work); s3fs's loop keeps one client and one
-connection pool for both faces and needs no close per loop.
+Each call hops to s3fs's loop thread and its outcome hops back, and
+``run_on_loop`` batches both hops: the single calls that ``asyncio.gather``
+makes while s3fs's loop is busy start there in one wake-up, and the outcomes
+that finish in one iteration of that loop come back in one wake-up of the
+caller's. A wake-up per call and per outcome (the first design) cost 1.25x
+aiobotocore's CPU per 1 KiB put in a gather of 16 (1,557 against 1,249 us);
+batched, 0.99-1.11x in three runs on 2 shared cores (bench/results/aio.md).
+bench/aio_bench.py measures the batched hop against aiobotocore and against
+the other design, an aiobotocore client on the caller's loop
+(bench/_s3_caller_loop.py), side by side. s3fs's loop keeps one client and
+one connection pool for both faces, whichever and however many event loops
+call, and needs no close per loop.
 
 Batches hop once per batch (the sync driver's bounded ``_gather`` runs on
 s3fs's loop) and yield their results when the batch is done. Streamed writes
