@@ -238,7 +238,7 @@ def measure(contestants: list[Contestant], count: int, rounds: int,
     for op in ops:
         CPU.clear()
         out[op] = interleave({c.name: timed(c, op) for c in contestants}, rounds)
-        out[op + " cpu"] = dict(CPU)
+        out[op + " cpu"] = {k: list(v) for k, v in CPU.items()}  # a copy of each list: the decisive run appends to CPU later
     return out
 
 
