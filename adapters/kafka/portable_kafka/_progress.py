@@ -60,6 +60,17 @@ class PartitionProgress:
         self._open.update(offsets)
         return records
 
+    def fetched_one(self, offset: int) -> bool:
+        """Record one fetched offset (the confluent engine's path); False if it is at or below the
+        last fetched (a refetch), which is then not new."""
+        order = self._order
+        last = order[-1] if order else (-1 if self.safe is None else self.safe - 1)
+        if offset <= last:
+            return False
+        order.append(offset)
+        self._open.add(offset)
+        return True
+
     def is_open(self, offset: int) -> bool:
         return offset in self._open
 

@@ -419,7 +419,7 @@ class LocalLeases(SubscriptionDriver):
     def _pace(self) -> None:
         """Pause partitions whose held or key-blocked records pile up here; resume them when they drain
         (caller holds _poll_lock)."""
-        _unpark_resumed(self.consumer)  # a partition resumed here or by a rebalance (cheap when none)
+        self._unpark()  # a partition resumed here or by a rebalance (cheap when none)
         with self._state:
             if not self._paused and len(self._held) < _PAUSE_AT and self._key_blocked_count() < _PAUSE_AT:
                 return
@@ -434,10 +434,20 @@ class LocalLeases(SubscriptionDriver):
             self._paused.update(pause)
             self._paused.difference_update(resume)
         if pause:
-            self.consumer.pause(*pause)
+            self._pause_partitions(pause)
         if resume:
-            self.consumer.resume(*resume)
-            _unpark_resumed(self.consumer)
+            self._resume_partitions(resume)
+            self._unpark()
+
+    # the client's side of flow control: kafka-python's here, overridden by the confluent engine
+    def _pause_partitions(self, tps: list[Any]) -> None:
+        self.consumer.pause(*tps)
+
+    def _resume_partitions(self, tps: list[Any]) -> None:
+        self.consumer.resume(*tps)
+
+    def _unpark(self) -> None:
+        _unpark_resumed(self.consumer)
 
     def _key_blocked_count(self) -> int:
         """How many records wait behind a key in flight (caller holds _state)."""
