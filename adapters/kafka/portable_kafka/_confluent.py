@@ -245,6 +245,8 @@ class ConfluentSubscription(Rebalancing):
             current: Any = None
             progress: Any = None
             prefix = ""
+            last = -1  # the current partition's highest fetched offset
+            fetched: list[int] = []  # the current partition's new offsets, for its progress
             for msg in messages:
                 err = msg.error()
                 if err is not None:
@@ -253,15 +255,21 @@ class ConfluentSubscription(Rebalancing):
                     raise KafkaException(err)
                 key_of = (msg.topic(), msg.partition())
                 if key_of != current:
+                    if fetched:
+                        progress.add_fetched(fetched)
+                        fetched = []
                     current = key_of
                     tp = tps.get(key_of) or self._tp_of(*key_of)
                     progress = progress_of(tp)
                     prefix = f"{key_of[0]}/{key_of[1]}/"
+                    last = -1 if progress is None else progress.last_fetched()
                 if progress is None:
                     continue  # revoked meanwhile
                 offset = msg.offset()
-                if not progress.fetched_one(offset):
-                    continue
+                if offset <= last:
+                    continue  # a refetch
+                last = offset
+                fetched.append(offset)
                 key = msg.key()
                 headers = msg.headers()
                 published = msg.timestamp()[1]
@@ -281,6 +289,8 @@ class ConfluentSubscription(Rebalancing):
                 text_key = None if key is None else key.decode("utf-8", "replace")
                 ready(_Delivery(prefix + str(offset), msg.value(), _NO_ATTRIBUTES, text_key, last_time, 1, handle(),
                                 tp, offset, key, 0.0, ()))  # fmt: skip
+            if fetched:
+                progress.add_fetched(fetched)
             self._last_publish_ms, self._last_publish_time = last_ms, last_time
 
     # -- flow control: librdkafka's pause drops the partition's buffered messages, and resume

@@ -60,16 +60,15 @@ class PartitionProgress:
         self._open.update(offsets)
         return records
 
-    def fetched_one(self, offset: int) -> bool:
-        """Record one fetched offset (the confluent engine's path); False if it is at or below the
-        last fetched (a refetch), which is then not new."""
+    def last_fetched(self) -> int:
+        """The highest offset fetched (or -1): a record at or below it is a refetch, not new."""
         order = self._order
-        last = order[-1] if order else (-1 if self.safe is None else self.safe - 1)
-        if offset <= last:
-            return False
-        order.append(offset)
-        self._open.add(offset)
-        return True
+        return order[-1] if order else (-1 if self.safe is None else self.safe - 1)
+
+    def add_fetched(self, offsets: list[int]) -> None:
+        """Record new fetched offsets, ascending and above :meth:`last_fetched` (the caller checked)."""
+        self._order.extend(offsets)
+        self._open.update(offsets)
 
     def is_open(self, offset: int) -> bool:
         return offset in self._open
