@@ -132,11 +132,12 @@ class Bench:
         self.start()
         produce, poll, body = producer.produce, producer.poll, self.body
         for _ in range(self.n):
-            try:
-                produce(topic, body)
-            except BufferError:  # librdkafka's queue is full: serve delivery reports, then again
-                poll(0.05)
-                produce(topic, body)
+            while True:
+                try:
+                    produce(topic, body)
+                    break
+                except BufferError:  # librdkafka's queue is full: serve delivery reports, then again
+                    poll(0.05)
         producer.flush()
         self.stop()
         self.filled.append(topic)

@@ -188,3 +188,34 @@ def test_two_members_share_the_partitions_and_every_message_comes_once_acked(
         if second is not None:
             second.close()
     assert set(acked) == set(bodies), f"{len(set(bodies) - set(acked))} messages never came"
+
+
+# ---------------------------------------------------------------- the consumer-group tests, on this engine
+#: test_kafka_groups' tests that are about the driver, not kafka-python (the others pin kafka-python's
+#: fetcher, or its producer's batching of keyless records).
+ENGINE_NEUTRAL_GROUP_TESTS = [
+    "test_close_commits_only_up_to_the_first_unacked_message",
+    "test_a_rebalance_commits_what_is_safe_and_drops_in_flight_messages",
+    "test_a_member_killed_mid_batch_loses_nothing_and_effects_happen_once",
+    "test_a_record_over_the_topics_max_message_bytes_is_too_large_before_sending",
+    "test_settled_messages_are_not_kept_until_their_lease_would_end",
+]
+
+
+@pytest.mark.parametrize("name", ENGINE_NEUTRAL_GROUP_TESTS)
+def test_group_behaviour_on_the_confluent_engine(
+    name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test of test_kafka_groups above, with engine=confluent in every URL it makes."""
+    import inspect
+
+    import test_kafka_groups as groups  # the sibling module (pytest puts this directory on sys.path)
+
+    plain = groups.group_url
+
+    def confluent_url(*args: object, **options: str) -> str:
+        return plain(*args, **options) + "&engine=confluent"  # type: ignore[arg-type]
+
+    monkeypatch.setattr(groups, "group_url", confluent_url)
+    test = getattr(groups, name)
+    test(**{p: request.getfixturevalue(p) for p in inspect.signature(test).parameters})
