@@ -183,9 +183,29 @@ class ConfluentSubscription(Rebalancing):
         config["on_commit"] = self._committed
         self.consumer = Consumer(config)
         topics = [self.topic] + ([self.retry_topic] if self.retry_topic else [])
+        self._await_metadata(topics)
         self.consumer.subscribe(
             topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
+
+    def _await_metadata(self, topics: list[str]) -> None:
+        """Wait (up to connect_timeout) until librdkafka's metadata has every topic's partitions.
+
+        A topic created a moment ago (the retry topic, by ensure_topics) may be missing from
+        the first metadata; librdkafka then joins the group without it and rejoins when it
+        appears, a second rebalance (about 0.3-1 s) in the first seconds of every new group.
+        """
+        until = time.monotonic() + self.settings.connect_timeout
+        for topic in topics:
+            while True:
+                try:
+                    found = self.consumer.list_topics(topic, timeout=1.0).topics.get(topic)
+                except Exception as exc:  # consume reports the same trouble with its fix
+                    log.debug("no metadata for %s yet: %s", topic, exc)
+                    found = None
+                if (found is not None and found.error is None and found.partitions) or time.monotonic() > until:
+                    break
+                time.sleep(0.05)
 
     # -- librdkafka's names for partitions -------------------------------------------------
     def _ck(self, tps: Iterable[Any], offsets: dict[Any, int] | None = None) -> list[Any]:

@@ -1,4 +1,5 @@
-"""``kafka://`` — Kafka topics and consumer groups on kafka-python.
+"""``kafka://`` — Kafka topics and consumer groups on kafka-python (or, with
+``?engine=confluent``, on confluent-kafka's librdkafka: :mod:`._confluent`).
 
 One driver serves Apache Kafka, Amazon MSK, Confluent Cloud, Azure Event Hubs'
 Kafka endpoint, Redpanda and Tansu: only the URL differs.
@@ -20,7 +21,9 @@ Options:
     ``idempotent``, ``acks``, ``linger_ms``, ``batch_size``, ``compression``,
     ``max_message_bytes``; group: ``start``, ``assignor``, ``session_timeout_ms``,
     ``heartbeat_interval_ms``, ``max_poll_interval_ms``; time: ``connect_timeout``,
-    ``request_timeout``, ``delivery_timeout``; ``client_id``.
+    ``request_timeout``, ``delivery_timeout``; ``client_id``; ``engine``
+    (``kafka-python``, the default, or ``confluent``: same options, capabilities
+    and contract; docs/adapters/kafka.md, "Engines").
 
 As:
     ``kafka.KafkaProducer``, ``kafka.KafkaConsumer`` (do not poll it yourself),
