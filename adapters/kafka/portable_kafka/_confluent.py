@@ -179,6 +179,7 @@ class ConfluentSubscription(Rebalancing):
         super().__init__(driver)
         self._tp = TopicPartition
         self._tps: dict[tuple[str, int], Any] = {}
+        self._producer_lock = threading.Lock()
         config = confluent_consumer_config(driver.settings, driver._password)
         config["on_commit"] = self._committed
         self.consumer = Consumer(config)
@@ -388,6 +389,13 @@ class ConfluentSubscription(Rebalancing):
         self._forget_partitions(self._ours(partitions), lost=True)
 
     # -- copies to the retry and dead-letter topics -------------------------------------------
+    def producer(self) -> Any:
+        """The librdkafka producer of retry and dead-letter copies, started on first use."""
+        with self._producer_lock:
+            if self._producer is None:
+                self._producer = self._driver.new_producer()
+            return self._producer
+
     def _republish(
         self, topic: str, delivery: _Delivery, headers: tuple[tuple[str, bytes], ...], extra: dict[str, str]
     ) -> None:
