@@ -1,7 +1,16 @@
-"""kafka:// against kafka-python's own clients, side by side, on Apache Kafka.
+"""kafka:// on both engines against the raw clients they wrap, side by side, on Apache Kafka.
 
     .venv/bin/pip install -r bench/requirements-kafka.txt
-    .venv/bin/python bench/kafka_bench.py [--messages 100000] [--size 100] [--rounds 3] [--bootstrap HOST:PORT]
+    .venv/bin/python bench/kafka_bench.py [--messages 200000] [--size 200] [--rounds 3] [--bootstrap HOST:PORT]
+
+Four contestants a section: raw kafka-python and portable's kafka-python engine (the default),
+raw confluent-kafka and portable's ``engine=confluent`` (issue 22: target >= 0.9x raw
+confluent-kafka on both sections, and >= 5x portable's kafka-python engine). The confluent pair
+uses the same settings as the kafka-python pair (idempotent, acks=all, linger.ms=5,
+batch.size=64 KiB, murmur2 partitioning); the raw confluent producer is the documented idiom
+(``produce`` in a loop, ``poll`` when librdkafka's queue is full, one ``flush``), the raw
+confluent consumer ``consume(1000)`` in a loop with an asynchronous ``commit`` of the batch's
+offsets after each (portable commits asynchronously too, so that pair is like for like).
 
 Without ``--bootstrap`` it starts a single-node Apache Kafka 4 (KRaft) with the
 test harness (``tests/emulators``, jars from ``bash scripts/install-emulators.sh``)
@@ -50,12 +59,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _common import summarise, write  # noqa: E402
+from confluent_kafka import Consumer as CkConsumer  # noqa: E402
+from confluent_kafka import Producer as CkProducer  # noqa: E402
+from confluent_kafka import TopicPartition as CkTopicPartition  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 from kafka.admin import KafkaAdminClient  # noqa: E402
 
 import portable.messaging as pm  # noqa: E402
 
 PRODUCER = {"enable_idempotence": True, "acks": "all", "linger_ms": 5, "batch_size": 65536}
+#: The same settings in librdkafka's names (portable's engine=confluent sets these).
+CK_PRODUCER = {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "batch.size": 65536,
+               "partitioner": "murmur2_random"}  # fmt: skip
 PARTITIONS = 3
 
 
@@ -87,9 +102,11 @@ class Bench:
         self.wall = time.perf_counter() - self._t0
         self.cpu = time.process_time() - self._c0
 
-    def url(self, topic: str, group: str | None = None) -> str:
-        query = f"?group={group}&session_timeout_ms=6000" if group else ""
-        return f"kafka://{self.bootstrap}/{topic}{query}"
+    def url(self, topic: str, group: str | None = None, engine: str | None = None) -> str:
+        options = ([f"group={group}", "session_timeout_ms=6000"] if group else []) + (
+            [f"engine={engine}"] if engine else []
+        )
+        return f"kafka://{self.bootstrap}/{topic}" + ("?" + "&".join(options) if options else "")
 
     # -- produce -------------------------------------------------------------
     def produce_raw(self) -> int:
@@ -108,10 +125,31 @@ class Bench:
         self.filled.append(topic)
         return self.n
 
-    def produce_portable(self) -> int:
+    def produce_raw_confluent(self) -> int:
+        topic = fresh("rawck")
+        create_topic(self.bootstrap, topic)
+        producer = CkProducer({"bootstrap.servers": self.bootstrap, **CK_PRODUCER})
+        self.start()
+        produce, poll, body = producer.produce, producer.poll, self.body
+        for _ in range(self.n):
+            while True:
+                try:
+                    produce(topic, body)
+                    break
+                except BufferError:  # librdkafka's queue is full: serve delivery reports, then again
+                    poll(0.05)
+        producer.flush()
+        self.stop()
+        self.filled.append(topic)
+        return self.n
+
+    def produce_portable_confluent(self) -> int:
+        return self.produce_portable(engine="confluent")
+
+    def produce_portable(self, engine: str | None = None) -> int:
         topic = fresh("portable")
         create_topic(self.bootstrap, topic)
-        with pm.open_topic(self.url(topic)) as t:
+        with pm.open_topic(self.url(topic, engine=engine)) as t:
             bodies = [self.body] * self.n
             self.start()
             t.publish_batch(bodies)  # portable sends it in chunks of capabilities.max_batch
@@ -147,10 +185,40 @@ class Bench:
             consumer.close(autocommit=False)
         return got
 
-    def consume_portable(self) -> int:
+    def consume_raw_confluent(self) -> int:
         topic = self.reading
         assert topic is not None, "consume_raw picks the round's topic"
-        sub = pm.open_subscription(self.url(topic, fresh("g")))
+        consumer = CkConsumer({
+            "bootstrap.servers": self.bootstrap, "group.id": fresh("g"), "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+        })  # fmt: skip
+        try:
+            self.start()
+            consumer.subscribe([topic])
+            got = 0
+            while got < self.n:
+                messages = consumer.consume(1000, 1.0)
+                if not messages:
+                    continue
+                last: dict[int, int] = {}
+                for m in messages:
+                    if m.error() is None:
+                        last[m.partition()] = m.offset()
+                        got += 1
+                consumer.commit(offsets=[CkTopicPartition(topic, p, o + 1) for p, o in last.items()],
+                                asynchronous=True)  # fmt: skip
+            self.stop()
+        finally:
+            consumer.close()
+        return got
+
+    def consume_portable_confluent(self) -> int:
+        return self.consume_portable(engine="confluent")
+
+    def consume_portable(self, engine: str | None = None) -> int:
+        topic = self.reading
+        assert topic is not None, "consume_raw picks the round's topic"
+        sub = pm.open_subscription(self.url(topic, fresh("g"), engine))
         try:
             self.start()
             got = 0
@@ -190,10 +258,11 @@ def start_broker() -> tuple[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bootstrap", help="an Apache Kafka to use instead of starting one")
+    parser.add_argument("--name", default="kafka_bench", help="results file name (bench/results/NAME.md)")
     args = parser.parse_args()
 
     broker = None
@@ -203,12 +272,23 @@ def main() -> None:
     try:
         bench = Bench(bootstrap, args.messages, args.size)
         produce, produce_cpu = rounds_of(
-            bench, {"raw KafkaProducer": bench.produce_raw, "portable publish_batch": bench.produce_portable},
+            bench,
+            {
+                "raw KafkaProducer": bench.produce_raw,
+                "portable publish_batch (kafka-python)": bench.produce_portable,
+                "raw confluent Producer": bench.produce_raw_confluent,
+                "portable publish_batch (confluent)": bench.produce_portable_confluent,
+            },
             args.rounds,
         )
         consume, consume_cpu = rounds_of(
             bench,
-            {"raw KafkaConsumer + commit": bench.consume_raw, "portable receive + ack_many": bench.consume_portable},
+            {
+                "raw KafkaConsumer + commit": bench.consume_raw,
+                "portable receive + ack_many (kafka-python)": bench.consume_portable,
+                "raw confluent Consumer + commit": bench.consume_raw_confluent,
+                "portable receive + ack_many (confluent)": bench.consume_portable_confluent,
+            },
             args.rounds,
         )
     finally:
@@ -216,26 +296,34 @@ def main() -> None:
             broker.stop()
     what = f"{args.messages} x {args.size} B"
     sections = {
-        f"produce {what}, messages per second (wall clock)": summarise(produce, "raw KafkaProducer"),
-        f"produce {what}, messages per CPU second (client process)": summarise(produce_cpu, "raw KafkaProducer"),
-        f"consume + ack {what}, messages per second (wall clock)": summarise(consume, "raw KafkaConsumer + commit"),
+        f"produce {what}, messages per second (wall clock)": summarise(produce, "raw confluent Producer"),
+        f"produce {what}, messages per CPU second (client process)": summarise(produce_cpu, "raw confluent Producer"),
+        f"consume + ack {what}, messages per second (wall clock)": summarise(
+            consume, "raw confluent Consumer + commit"
+        ),
         f"consume + ack {what}, messages per CPU second (client process)": summarise(
-            consume_cpu, "raw KafkaConsumer + commit"
+            consume_cpu, "raw confluent Consumer + commit"
         ),
     }
+    import confluent_kafka
     import kafka
 
     write(
-        "kafka_bench",
+        args.name,
         sections,
         {"broker": "Apache Kafka 4.1.1 (KRaft, one node)", "kafka_python": kafka.__version__,
+         "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
          "messages": args.messages, "size": args.size, "rounds": args.rounds, "partitions": PARTITIONS,
          "load_average": os.getloadavg()},
     )
     for title, rows in sections.items():
-        ratio = rows[1][next(k for k in rows[1] if k.startswith("ratio_vs_"))]
-        print(f"{title}: portable / raw = {ratio:.2f}x (target >= 0.9x)")
-
+        by = {r["contestant"]: r["median_ops_per_s"] for r in rows}
+        names = list(by)
+        print(
+            f"{title}: portable/raw kafka-python {by[names[1]] / by[names[0]]:.2f}x, "
+            f"portable/raw confluent {by[names[3]] / by[names[2]]:.2f}x (target >= 0.9x), "
+            f"portable confluent/portable kafka-python {by[names[3]] / by[names[1]]:.2f}x (target >= 5x)"
+        )
 
 if __name__ == "__main__":
     main()

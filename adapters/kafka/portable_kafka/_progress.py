@@ -60,6 +60,16 @@ class PartitionProgress:
         self._open.update(offsets)
         return records
 
+    def last_fetched(self) -> int:
+        """The highest offset fetched (or -1): a record at or below it is a refetch, not new."""
+        order = self._order
+        return order[-1] if order else (-1 if self.safe is None else self.safe - 1)
+
+    def add_fetched(self, offsets: list[int]) -> None:
+        """Record new fetched offsets, ascending and above :meth:`last_fetched` (the caller checked)."""
+        self._order.extend(offsets)
+        self._open.update(offsets)
+
     def is_open(self, offset: int) -> bool:
         return offset in self._open
 

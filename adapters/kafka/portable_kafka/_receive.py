@@ -139,22 +139,31 @@ def _record_fields() -> Callable[[Any], tuple[int, int, bytes | None, bytes | No
     return operator.itemgetter(*(names.index(n) for n in ("offset", "timestamp", "key", "value", "headers")))
 
 
-def _release_parked_records(consumer: Any) -> None:
-    """Work around kafka-python 3.0.12 stranding the records of a paused-then-resumed partition.
+def _unpark_resumed(consumer: Any) -> None:
+    """Drop the records kafka-python 3.0.12 parked for partitions no longer paused, so that it
+    fetches those partitions again (caller holds _poll_lock: the fetcher is not thread-safe).
 
-    Its fetcher parks the fetched records of a partition paused before they were
-    returned, and gives them back after ``resume`` only while its "next
-    partition records" slot is None; but a drained slot keeps its empty object,
-    so the parked records (and with them every later fetch of that partition,
-    which waits for them) would never come. Emptying the drained slot lets the
-    fetcher pick them up on the next poll, as it intends.
+    When a partition is paused while the fetcher holds parsed records of it that it has not
+    returned yet, the fetcher parks them (``_paused_partition_records``) and, after ``resume``,
+    gives them back only in a ``fetched_records`` call that finds its in-line slot
+    (``_next_partition_records``) None. The slot is None only right after a park: a drained
+    slot keeps its empty object, and the next fetch response takes it. Meanwhile the fetcher
+    never sends a fetch for a partition with parked records. So a resumed partition's parked
+    records, and every later record of that partition, are never returned: the messages are
+    stranded until a rebalance takes the partition away.
+
+    The parked records start at the partition's fetch position (the fetcher moved it past every
+    record it returned), so dropping them loses nothing: the next fetch reads them again from
+    that position. That costs one refetch of at most ``max_partition_fetch_bytes`` per resume,
+    and depends on no timing of the slot.
     """
-    fetcher = getattr(consumer, "_fetcher", None)
-    if fetcher is None or not getattr(fetcher, "_paused_partition_records", None):
+    fetcher: Any = getattr(consumer, "_fetcher", None)
+    parked = getattr(fetcher, "_paused_partition_records", None)
+    if not parked:
         return
-    current = getattr(fetcher, "_next_partition_records", None)
-    if current is not None and not current:
-        fetcher._next_partition_records = None
+    state = fetcher._subscriptions
+    for tp in [tp for tp in parked if not state.is_paused(tp)]:
+        parked.pop(tp).drain()
 
 
 class LocalLeases(SubscriptionDriver):
@@ -410,6 +419,7 @@ class LocalLeases(SubscriptionDriver):
     def _pace(self) -> None:
         """Pause partitions whose held or key-blocked records pile up here; resume them when they drain
         (caller holds _poll_lock)."""
+        self._unpark()  # a partition resumed here or by a rebalance (cheap when none)
         with self._state:
             if not self._paused and len(self._held) < _PAUSE_AT and self._key_blocked_count() < _PAUSE_AT:
                 return
@@ -424,11 +434,20 @@ class LocalLeases(SubscriptionDriver):
             self._paused.update(pause)
             self._paused.difference_update(resume)
         if pause:
-            self.consumer.pause(*pause)
+            self._pause_partitions(pause)
         if resume:
-            self.consumer.resume(*resume)
-        if self._paused or resume:
-            _release_parked_records(self.consumer)
+            self._resume_partitions(resume)
+            self._unpark()
+
+    # the client's side of flow control: kafka-python's here, overridden by the confluent engine
+    def _pause_partitions(self, tps: list[Any]) -> None:
+        self.consumer.pause(*tps)
+
+    def _resume_partitions(self, tps: list[Any]) -> None:
+        self.consumer.resume(*tps)
+
+    def _unpark(self) -> None:
+        _unpark_resumed(self.consumer)
 
     def _key_blocked_count(self) -> int:
         """How many records wait behind a key in flight (caller holds _state)."""

@@ -35,6 +35,8 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IAM", "OA
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+#: Client engines: kafka-python (pure Python, the default) and confluent-kafka (librdkafka).
+ENGINES = ("kafka-python", "confluent")
 
 #: Batches in flight per broker connection: the most an idempotent producer keeps in order.
 _IDEMPOTENT_IN_FLIGHT = 5
@@ -91,6 +93,7 @@ class KafkaSettings:
     connect_timeout: float = 10.0
     request_timeout: float = 30.0
     delivery_timeout: float = 60.0
+    engine: str = "kafka-python"
     #: Options read from the URL, reproduced by :meth:`url_for` (never a secret).
     shown_options: Mapping[str, str] = field(default_factory=dict)
 
@@ -319,9 +322,10 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
     start = _one_of(url, "start", ("earliest", "latest"), "earliest", False)
     assignor = _one_of(url, "assignor", ASSIGNORS, "range", False)
     compression = _one_of(url, "compression", COMPRESSIONS, "none", False)
+    engine = _one_of(url, "engine", ENGINES, "kafka-python", False)
     retry_topic = url.take_str("retry_topic")
     dead_letter_topic = url.take_str("dead_letter_topic")
-    for name in ("acks", "start", "assignor", "compression", "retry_topic", "dead_letter_topic"):
+    for name in ("acks", "start", "assignor", "compression", "engine", "retry_topic", "dead_letter_topic"):
         show_if_given(name)
     url.done()
 
@@ -339,7 +343,9 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
         raise InvalidURL(f"{url}: heartbeat_interval_ms must be below session_timeout_ms")
     if settings["idempotent"] and acks != "all":
         raise InvalidURL(f"{url}: acks={acks} needs idempotent=false (the idempotent producer uses acks=all)")
-    if compression in ("snappy", "lz4", "zstd"):
+    if engine == "confluent":
+        _check_confluent(url, mechanism)
+    elif compression in ("snappy", "lz4", "zstd"):  # librdkafka has every codec built in
         _check_codec(url, compression)
 
     retry_topic = _retry_or_dead_letter_topic(url, topic, group, retry_topic, "retry", "retry_topic")
@@ -364,6 +370,7 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
         start=start or "earliest",
         assignor=assignor or "range",
         compression=compression or "none",
+        engine=engine or "kafka-python",
         heartbeat_interval_ms=heartbeat,
         shown_options=shown,
         **settings,
@@ -395,6 +402,22 @@ def _check_codec(url: ParsedURL, codec: str) -> None:
     if not has():
         package = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}[codec]
         raise InvalidURL(f"{url}: compression={codec} needs the {package} package: pip install {package}")
+
+
+def _check_confluent(url: ParsedURL, mechanism: str | None) -> None:
+    """engine=confluent: confluent-kafka is installed and serves this URL's authentication."""
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        raise InvalidURL(
+            f"{url}: engine=confluent needs confluent-kafka: pip install 'portable-cloud-kafka[confluent]' "
+            "(or leave engine= out for kafka-python)"
+        ) from None
+    if mechanism in ("AWS_MSK_IAM", "OAUTHBEARER"):
+        raise InvalidURL(
+            f"{url}: sasl_mechanism={mechanism} is not wired to engine=confluent yet; use the "
+            "kafka-python engine (leave engine= out)"
+        )
 
 
 def read_password(settings: KafkaSettings, env: Mapping[str, str] | None = None) -> str | None:

@@ -1,4 +1,5 @@
-"""``kafka://`` — Kafka topics and consumer groups on kafka-python.
+"""``kafka://`` — Kafka topics and consumer groups on kafka-python (or, with
+``?engine=confluent``, on confluent-kafka's librdkafka: :mod:`._confluent`).
 
 One driver serves Apache Kafka, Amazon MSK, Confluent Cloud, Azure Event Hubs'
 Kafka endpoint, Redpanda and Tansu: only the URL differs.
@@ -20,7 +21,9 @@ Options:
     ``idempotent``, ``acks``, ``linger_ms``, ``batch_size``, ``compression``,
     ``max_message_bytes``; group: ``start``, ``assignor``, ``session_timeout_ms``,
     ``heartbeat_interval_ms``, ``max_poll_interval_ms``; time: ``connect_timeout``,
-    ``request_timeout``, ``delivery_timeout``; ``client_id``.
+    ``request_timeout``, ``delivery_timeout``; ``client_id``; ``engine``
+    (``kafka-python``, the default, or ``confluent``: same options, capabilities
+    and contract; docs/adapters/kafka.md, "Engines").
 
 As:
     ``kafka.KafkaProducer``, ``kafka.KafkaConsumer`` (do not poll it yourself),
@@ -72,6 +75,7 @@ from portable.resilience import remaining
 from portable.urls import ParsedURL, parse_url
 
 from ._publish import KafkaTopic
+from ._rebalance import Rebalancing
 from ._settings import KafkaSettings, check_topic_name, parse_settings, read_password
 from ._subscription import KafkaSubscription
 
@@ -111,8 +115,8 @@ class KafkaMessaging(MessagingDriver):
             max_attributes=64,
             max_batch=10000,
         )
-        self._topic: KafkaTopic | None = None
-        self._subscription: KafkaSubscription | None = None
+        self._topic: TopicDriver | None = None
+        self._subscription: Rebalancing | None = None
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> KafkaMessaging:
@@ -165,6 +169,13 @@ class KafkaMessaging(MessagingDriver):
             ) from exc
 
     def new_producer(self) -> Any:
+        """A producer of this URL's engine: kafka-python's KafkaProducer or librdkafka's Producer."""
+        if self.settings.engine == "confluent":
+            from confluent_kafka import Producer
+
+            from ._confluent_config import confluent_producer_config
+
+            return Producer(confluent_producer_config(self.settings, self._password))
         from kafka import KafkaProducer
 
         return self._connect(KafkaProducer, self.producer_config(), "producer")
@@ -243,7 +254,12 @@ class KafkaMessaging(MessagingDriver):
         if self._topic is None:
             limits = self.ensure_topics([s.topic])
             self._narrow_max_message_bytes(limits.get(s.topic))
-            self._topic = KafkaTopic(self, s.topic)
+            if s.engine == "confluent":
+                from ._confluent import ConfluentTopic
+
+                self._topic = ConfluentTopic(self, s.topic)
+            else:
+                self._topic = KafkaTopic(self, s.topic)
         return self._topic
 
     def subscription(self) -> SubscriptionDriver:
@@ -256,7 +272,12 @@ class KafkaMessaging(MessagingDriver):
         if self._subscription is None:
             limits = self.ensure_topics([s.topic, s.retry_topic or "", s.dead_letter_topic or ""])
             self._narrow_max_message_bytes(limits.get(s.topic))
-            self._subscription = KafkaSubscription(self)
+            if s.engine == "confluent":
+                from ._confluent import ConfluentSubscription
+
+                self._subscription = ConfluentSubscription(self)
+            else:
+                self._subscription = KafkaSubscription(self)
         return self._subscription
 
     @contextlib.contextmanager
@@ -293,9 +314,22 @@ class KafkaMessaging(MessagingDriver):
         from kafka import KafkaConsumer, KafkaProducer
         from kafka.admin import KafkaAdminClient
 
+        if self.settings.engine == "confluent":
+            from confluent_kafka import Consumer, Producer
+
+            if kind is Producer:
+                if self._topic is not None:
+                    return getattr(self._topic, "producer", None)
+                if self._subscription is not None:
+                    return self._subscription.producer()
+            if kind is Consumer and self._subscription is not None:
+                return self._subscription.consumer
+            if kind is KafkaAdminClient:
+                return self.new_admin()
+            return None
         if kind is KafkaProducer:
             if self._topic is not None:
-                return self._topic.producer
+                return getattr(self._topic, "producer", None)
             if self._subscription is not None:
                 return self._subscription.producer()
         if kind is KafkaConsumer and self._subscription is not None:
@@ -315,6 +349,9 @@ class KafkaMessaging(MessagingDriver):
 
         if isinstance(exc, PortableError):
             return exc.code
+        librdkafka = _librdkafka_error(exc)
+        if librdkafka is not None:
+            return self._code_of_librdkafka(librdkafka)
         if not isinstance(exc, E.KafkaError):
             return super().code_of(exc)
         if isinstance(exc, E.MessageSizeTooLargeError | E.RecordListTooLargeError):
@@ -349,14 +386,53 @@ class KafkaMessaging(MessagingDriver):
             return ErrorCode.UNAVAILABLE
         return ErrorCode.UNKNOWN
 
+    def _code_of_librdkafka(self, error: Any) -> ErrorCode:
+        """The code of a librdkafka KafkaError (the confluent engine's errors)."""
+        from confluent_kafka import KafkaError as K
+
+        code = error.code()
+        if code in (K.MSG_SIZE_TOO_LARGE, K.RECORD_LIST_TOO_LARGE):
+            return ErrorCode.TOO_LARGE
+        if code == K.TOPIC_ALREADY_EXISTS:
+            return ErrorCode.ALREADY_EXISTS
+        if code in (K.UNKNOWN_TOPIC_OR_PART, K._UNKNOWN_TOPIC, K._UNKNOWN_PARTITION):
+            return ErrorCode.NOT_FOUND if not self.settings.create else ErrorCode.UNAVAILABLE
+        if code in (K.TOPIC_AUTHORIZATION_FAILED, K.GROUP_AUTHORIZATION_FAILED, K.CLUSTER_AUTHORIZATION_FAILED,
+                    K.SASL_AUTHENTICATION_FAILED, K._AUTHENTICATION):  # fmt: skip
+            return ErrorCode.PERMISSION_DENIED
+        if code in (K.THROTTLING_QUOTA_EXCEEDED, K.POLICY_VIOLATION):
+            return ErrorCode.THROTTLED if code == K.THROTTLING_QUOTA_EXCEEDED else ErrorCode.INVALID_ARGUMENT
+        if code in (K.ILLEGAL_GENERATION, K.UNKNOWN_MEMBER_ID, K.REBALANCE_IN_PROGRESS, K.FENCED_INSTANCE_ID):
+            return ErrorCode.PRECONDITION_FAILED
+        if code in (K._INVALID_ARG, K.INVALID_CONFIG, K.TOPIC_EXCEPTION, K.INVALID_PARTITIONS,
+                    K.INVALID_REPLICATION_FACTOR, K.INVALID_REQUIRED_ACKS, K.INVALID_SESSION_TIMEOUT):  # fmt: skip
+            return ErrorCode.INVALID_ARGUMENT
+        if code in (K._TIMED_OUT, K._MSG_TIMED_OUT, K.REQUEST_TIMED_OUT):
+            return ErrorCode.DEADLINE_EXCEEDED
+        if code in (K._NOT_IMPLEMENTED, K.UNSUPPORTED_VERSION, K.UNSUPPORTED_COMPRESSION_TYPE):
+            return ErrorCode.UNSUPPORTED
+        if error.retriable() or code in (K._TRANSPORT, K._ALL_BROKERS_DOWN, K._RESOLVE, K.NOT_LEADER_FOR_PARTITION):
+            return ErrorCode.UNAVAILABLE
+        return ErrorCode.UNKNOWN
+
     def is_retryable(self, exc: BaseException) -> bool:
         import kafka.errors as E
 
         if isinstance(exc, PortableError):
             return exc.retryable
+        if _librdkafka_error(exc) is not None:
+            return self.code_of(exc) in (ErrorCode.UNAVAILABLE, ErrorCode.THROTTLED, ErrorCode.DEADLINE_EXCEEDED)
         if isinstance(exc, E.KafkaError) and exc.retriable:
             return self.code_of(exc) not in (ErrorCode.NOT_FOUND, ErrorCode.PRECONDITION_FAILED)
         return self.code_of(exc) in (ErrorCode.UNAVAILABLE, ErrorCode.THROTTLED, ErrorCode.DEADLINE_EXCEEDED)
+
+
+def _librdkafka_error(exc: BaseException) -> Any:
+    """The librdkafka KafkaError inside a confluent-kafka KafkaException, else None."""
+    if type(exc).__module__.split(".")[0] != "cimpl" and not type(exc).__module__.startswith("confluent_kafka"):
+        return None
+    error = exc.args[0] if exc.args else None
+    return error if error is not None and hasattr(error, "retriable") and hasattr(error, "code") else None
 
 
 def _fatal_producer_errors() -> tuple[type[BaseException], ...]:

@@ -32,3 +32,19 @@ class TestTansu(MessagingContract):
     @pytest.fixture
     def queue_url(self, tansu_broker: EmulatorInfo, unique_name: str) -> str:
         return kafka_url(tansu_broker, unique_name)
+
+
+class TestApacheKafkaConfluent(MessagingContract):
+    """The same contract on the confluent-kafka (librdkafka) engine."""
+
+    @pytest.fixture
+    def queue_url(self, kafka_broker: EmulatorInfo, unique_name: str) -> str:
+        pytest.importorskip("confluent_kafka", reason="engine=confluent needs confluent-kafka")
+        return kafka_url(kafka_broker, unique_name, engine="confluent")
+
+
+class TestTansuConfluent(MessagingContract):
+    @pytest.fixture
+    def queue_url(self, tansu_broker: EmulatorInfo, unique_name: str) -> str:
+        pytest.importorskip("confluent_kafka", reason="engine=confluent needs confluent-kafka")
+        return kafka_url(tansu_broker, unique_name, engine="confluent")

@@ -198,8 +198,17 @@ def test_a_record_over_the_topics_max_message_bytes_is_too_large_before_sending(
 def test_paused_partitions_resume_and_keys_stay_in_order(
     kafka_broker: EmulatorInfo, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Key-blocked records pile up, so partitions are paused and resumed many times
-    (kafka-python 3.0.12 strands a resumed partition's parked records without the driver's fix)."""
+    """Key-blocked records pile up, so a partition is paused while the fetcher still holds records
+    of it that it has not returned, and resumed when they drain: every record still comes, in order.
+
+    kafka-python 3.0.12 parks those records at the pause, gives them back only in a poll that finds
+    its in-line slot empty, and never fetches a partition with parked records. The driver's old
+    workaround emptied a drained slot, and only while something was paused: when the slot held
+    another partition's records at the resume, it never ran again and key-0 stopped after the first
+    poll's records (0..9 of 40). The test makes that happen every time: once the pause is seen it
+    publishes filler to the other partitions and releases key-0 only while the slot holds hundreds
+    of filler records, so the slot is still busy when key-0's partition resumes a few polls later.
+    """
     import portable_kafka._receive as receiving
     import portable_kafka.kafka as driver
 
@@ -214,26 +223,58 @@ def test_paused_partitions_resume_and_keys_stay_in_order(
     monkeypatch.setattr(driver.KafkaSubscription, "_pace", counting_pace)
     url = group_url(kafka_broker, unique_name, partitions=3)
     keys = [f"key-{i}" for i in range(6)]
+    fillers = [f"filler-{i}" for i in range(30)]  # murmur2 spreads these over all three partitions
     with pm.open_topic(url, policy=QUICK) as topic:
-        topic.publish_batch([pm.OutgoingMessage(f"{k}:{n}".encode(), key=k) for n in range(40) for k in keys])
-    seen: dict[str, list[int]] = {k: [] for k in keys}
-    held: pm.Message | None = None  # key-0's first message stays unacked for a while
-    release_at = 0.0
-    with pm.open_subscription(url, policy=QUICK) as sub:
-        until = time.monotonic() + 30
-        while sum(map(len, seen.values())) < 240 and time.monotonic() < until:
-            for m in sub.receive(3, wait=0.2):
-                key, _, n = m.body.decode().partition(":")
-                seen[key].append(int(n))
-                if held is None and key == keys[0]:
-                    held, release_at = m, time.monotonic() + 2.0
-                    continue
-                m.ack()
-            if held is not None and not held.settled and time.monotonic() > release_at:
-                held.ack()  # key-0's blocked records drain; its partition resumes
-    assert max(paused) > 0, "no partition was ever paused: the test tests nothing"
-    for key in keys:
-        assert seen[key] == list(range(40)), f"{key}: {seen[key][:12]}..."
+        ids = topic.publish_batch([pm.OutgoingMessage(f"{k}:{n}".encode(), key=k) for n in range(40) for k in keys])
+        blocked_partition = ids[0].split("/")[1]  # key-0's
+        expected = {k: list(range(40)) for k in keys}
+        seen: dict[str, list[int]] = {k: [] for k in keys}
+        held: pm.Message | None = None  # key-0's first message: unacked until the slot is busy
+        filler_published = busy_at_release = False
+        release_at = float("inf")
+
+        def slot_is_busy(sub: pm.Subscription) -> bool:
+            """The fetcher's in-line slot holds 200 or more records of a partition other than key-0's."""
+            consumer = sub._driver_sub.consumer
+            slot = consumer._fetcher._next_partition_records
+            if not slot or str(slot.topic_partition.partition) == blocked_partition:
+                return False
+            return bool(consumer.highwater(slot.topic_partition) - slot.next_fetch_offset >= 200)
+
+        with pm.open_subscription(url, policy=QUICK) as sub:
+            until = time.monotonic() + 60
+            last_progress = time.monotonic()
+            while sum(map(len, seen.values())) < sum(map(len, expected.values())) and time.monotonic() < until:
+                got = sub.receive(3, wait=0.2)
+                if got:
+                    last_progress = time.monotonic()
+                elif time.monotonic() - last_progress > 10:
+                    break  # nothing arrives any more although records wait in the topic: stranded
+                for m in got:
+                    key, _, n = m.body.decode().partition(":")
+                    seen[key].append(int(n))
+                    if held is None and key == keys[0]:
+                        held = m
+                        continue
+                    m.ack()
+                if any(paused) and not filler_published:
+                    filler_ids = topic.publish_batch(
+                        [pm.OutgoingMessage(f"{k}:{n}".encode(), key=k) for n in range(50) for k in fillers]
+                    )
+                    assert {i.split("/")[1] for i in filler_ids} - {blocked_partition}, "no filler elsewhere"
+                    expected.update({k: list(range(50)) for k in fillers})
+                    seen.update({k: [] for k in fillers})
+                    filler_published = True
+                    release_at = time.monotonic() + 20  # at the latest (the test then may not fail on the bug)
+                if held is not None and not held.settled:
+                    busy_at_release = slot_is_busy(sub)
+                    if busy_at_release or time.monotonic() > release_at:
+                        held.ack()  # key-0's blocked records drain one by one; its partition resumes
+            assert max(paused) > 0, "no partition was ever paused: the test tests nothing"
+            assert busy_at_release, "the fetcher's slot was not busy when key-0 was released: the test tests little"
+            for key in expected:
+                assert seen[key] == expected[key], f"{key}: {seen[key][:12]}... ({len(seen[key])} came)"
+            assert not sub._driver_sub.consumer._fetcher._paused_partition_records, "records are still parked"
 
 
 def test_temporary_topics_for_portable_contract_are_removed(kafka_broker: EmulatorInfo, unique_name: str) -> None:

@@ -1,0 +1,456 @@
+"""The confluent-kafka (librdkafka) engine of ``kafka://``: ``?engine=confluent``.
+
+The client differs, the contract does not: the bookkeeping of fetched records,
+local leases, key order, settlement, commits and rebalances is the kafka-python
+engine's own (:mod:`._receive`, :mod:`._progress`, :mod:`._commits`,
+:mod:`._rebalance`); this module feeds it librdkafka's messages and speaks
+librdkafka's API for the few client calls (consume, pause/resume, commit,
+produce). Partitions are keyed by kafka-python's ``TopicPartition`` namedtuple
+in the bookkeeping, as in the other engine.
+
+Differences from the kafka-python engine, all inside the client: librdkafka
+fetches in its own threads (a ``receive`` that finds records buffered there
+does no network I/O), the rebalance callbacks run inside ``consume`` (so in
+the thread that receives, under its lock), and a paused partition's buffered
+records are librdkafka's to drop and fetch again on resume.
+"""
+
+# mypy: disable-error-code="import-untyped"
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import logging
+import threading
+import time
+from collections import namedtuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from portable.driver.messaging import OutgoingMessage, QueueStats, TopicDriver
+from portable.errors import DeadlineExceeded, TooLarge, Unavailable
+from portable.resilience import remaining
+
+from ._confluent_config import confluent_consumer_config
+from ._rebalance import Rebalancing
+from ._receive import _NO_ATTRIBUTES, _Delivery
+from ._records import epoch_ms, record_id, to_headers
+
+if TYPE_CHECKING:
+    from .kafka import KafkaMessaging
+
+__all__ = ["ConfluentSubscription", "ConfluentTopic"]
+
+log = logging.getLogger("portable.kafka")
+
+#: A record with headers, in the shape :meth:`LocalLeases._delivery_with_headers` reads.
+_Record = namedtuple("_Record", "offset timestamp key value headers")
+
+
+def _explain(error: Any, topic: str) -> BaseException:
+    """A librdkafka error (KafkaError) as an exception: a size refusal as TooLarge with the fix."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    exc = KafkaException(error)
+    if error.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+        too_large = TooLarge(
+            f"the broker refused a record for topic {topic!r} as too large ({error.str()}): raise the "
+            "topic's max.message.bytes (and the URL's max_message_bytes=) or store the payload in a "
+            "bucket and publish its key",
+            provider="kafka",
+        )
+        too_large.__cause__ = exc
+        return too_large
+    return exc
+
+
+def _produce(producer: Any, topic: str, value: bytes | None, key: bytes | None, headers: Any, on_delivery: Any) -> None:
+    """``producer.produce``, waiting (serving delivery reports) while librdkafka's queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _wait_for(producer: Any, done: threading.Event, timeout: float | None, topic: str) -> None:
+    """Serve delivery reports until ``done`` is set (librdkafka bounds it by delivery.timeout.ms)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not done.is_set():
+        left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+        if left <= 0:
+            raise DeadlineExceeded(f"no acknowledgement from Kafka for topic {topic!r} in time", provider="kafka")
+        producer.poll(left)
+
+
+class ConfluentTopic(TopicDriver):
+    """Publishes with one thread-safe librdkafka Producer: key -> partition (murmur2), attributes -> headers."""
+
+    def __init__(self, driver: KafkaMessaging, topic: str) -> None:
+        self._driver = driver
+        self.topic = topic
+        self._closed = False
+        self._lock = threading.Lock()
+        self.producer = driver.new_producer()
+        self._send_timeout = driver.settings.send_timeout
+
+    def publish(self, message: OutgoingMessage) -> str:
+        done = threading.Event()
+        result: list[Any] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            result.append(_explain(err, self.topic) if err is not None else msg)
+            done.set()
+
+        key = message.key
+        _produce(
+            self.producer, self.topic, message.body, None if key is None else key.encode("utf-8"),
+            to_headers(message.attributes) if message.attributes else None, delivered,
+        )  # fmt: skip
+        _wait_for(self.producer, done, remaining(self._send_timeout), self.topic)
+        got = result[0]
+        if isinstance(got, BaseException):
+            raise got
+        return record_id(got.topic(), got.partition(), got.offset())
+
+    def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
+        """Produce every message, then flush; the results are ids (or errors) in order.
+
+        Keyless records go where librdkafka's sticky partitioner puts them (one
+        partition per ``linger_ms`` or so), keyed ones where murmur2 hashes them.
+        """
+        producer = self.producer
+        topic = self.topic
+        out: list[Any] = []
+        explain = _explain
+
+        def report(i: int) -> Any:
+            def delivered(err: Any, msg: Any) -> None:
+                out[i] = explain(err, topic) if err is not None else record_id(topic, msg.partition(), msg.offset())
+
+            return delivered
+
+        produce = producer.produce
+        for i, message in enumerate(messages):
+            out.append(None)
+            key = message.key
+            attributes = message.attributes
+            try:
+                produce(topic, message.body, None if key is None else key.encode("utf-8"),
+                        headers=to_headers(attributes) if attributes else None, on_delivery=report(i))  # fmt: skip
+            except BufferError:
+                _produce(producer, topic, message.body, None if key is None else key.encode("utf-8"),
+                         to_headers(attributes) if attributes else None, report(i))  # fmt: skip
+            except Exception as exc:  # e.g. a record over message.max.bytes, refused before sending
+                error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
+                out[i] = _explain(error, topic) if error is not None else exc
+        left = remaining(self._send_timeout)
+        pending = producer.flush(-1 if left is None else left)
+        if pending:
+            for i, item in enumerate(out):
+                if item is None:
+                    out[i] = DeadlineExceeded(
+                        f"no acknowledgement from Kafka for topic {topic!r} in time", provider="kafka"
+                    )
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.producer.flush(self._driver.settings.request_timeout)
+
+
+class ConfluentSubscription(Rebalancing):
+    """A consumer-group member on librdkafka, with the kafka-python engine's bookkeeping.
+
+    Threads: ``receive`` holds ``_poll_lock`` while it consumes; librdkafka runs
+    the rebalance callbacks inside ``consume``, in that thread, and they take
+    only ``_state``; ``ack``/``nack`` from handler threads touch the bookkeeping
+    under ``_state`` and commit (asynchronously) when the consumer is free.
+    """
+
+    def __init__(self, driver: KafkaMessaging) -> None:
+        from confluent_kafka import Consumer
+        from kafka.structs import TopicPartition
+
+        super().__init__(driver)
+        self._tp = TopicPartition
+        self._tps: dict[tuple[str, int], Any] = {}
+        self._producer_lock = threading.Lock()
+        config = confluent_consumer_config(driver.settings, driver._password)
+        config["on_commit"] = self._committed
+        self.consumer = Consumer(config)
+        topics = [self.topic] + ([self.retry_topic] if self.retry_topic else [])
+        self._await_metadata(topics)
+        self.consumer.subscribe(
+            topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    def _await_metadata(self, topics: list[str]) -> None:
+        """Wait (up to connect_timeout) until librdkafka's metadata has every topic's partitions.
+
+        A topic created a moment ago (the retry topic, by ensure_topics) may be missing from
+        the first metadata; librdkafka then joins the group without it and rejoins when it
+        appears, a second rebalance (about 0.3-1 s) in the first seconds of every new group.
+        """
+        until = time.monotonic() + self.settings.connect_timeout
+        for topic in topics:
+            while True:
+                try:
+                    found = self.consumer.list_topics(topic, timeout=1.0).topics.get(topic)
+                except Exception as exc:  # consume reports the same trouble with its fix
+                    log.debug("no metadata for %s yet: %s", topic, exc)
+                    found = None
+                if (found is not None and found.error is None and found.partitions) or time.monotonic() > until:
+                    break
+                time.sleep(0.05)
+
+    # -- librdkafka's names for partitions -------------------------------------------------
+    def _ck(self, tps: Iterable[Any], offsets: dict[Any, int] | None = None) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        if offsets is None:
+            return [TopicPartition(tp.topic, tp.partition) for tp in tps]
+        return [TopicPartition(tp.topic, tp.partition, offsets[tp]) for tp in tps]
+
+    def _ours(self, partitions: Iterable[Any]) -> list[Any]:
+        return [self._tp_of(p.topic, p.partition) for p in partitions]
+
+    def _tp_of(self, topic: str, partition: int) -> Any:
+        tp = self._tps.get((topic, partition))
+        if tp is None:
+            tp = self._tps[(topic, partition)] = self._tp(topic, partition)
+        return tp
+
+    # -- receiving ------------------------------------------------------------------------
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[_Delivery]:  # type: ignore[override]
+        deadline = time.monotonic() + wait
+        with self._poll_lock:
+            if self._closed:
+                raise Unavailable("the Kafka subscription is closed", provider="kafka")
+            self._commit_async()
+            polled = False
+            while True:
+                out = self._lease_ready(max_messages, lease)
+                if out:
+                    return out
+                now = time.monotonic()
+                left = deadline - now
+                if polled and left <= 0:
+                    return out
+                timeout = max(0.0, left)
+                with self._state:
+                    for heap in (self._held, self._leases):
+                        if heap:
+                            timeout = min(timeout, max(0.0, heap[0][0] - now))
+                self._pace()
+                messages = self.consumer.consume(num_messages=max(max_messages, 100), timeout=timeout)
+                polled = True
+                if messages:
+                    self._track_consumed(messages)
+
+    def _track_consumed(self, messages: list[Any]) -> None:
+        """Track librdkafka's messages as the kafka-python engine tracks its records (caller holds _poll_lock)."""
+        from confluent_kafka import KafkaException
+
+        ready = self._ready.append
+        handle = self._handles.__next__
+        tps = self._tps
+        wall: int | None = None
+        with self._state:
+            last_ms, last_time = self._last_publish_ms, self._last_publish_time
+            progress_of = self._progress.get
+            current: Any = None
+            progress: Any = None
+            prefix = ""
+            last = -1  # the current partition's highest fetched offset
+            fetched: list[int] = []  # the current partition's new offsets, for its progress
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == -191:  # _PARTITION_EOF (not asked for)
+                        continue
+                    raise KafkaException(err)
+                key_of = (msg.topic(), msg.partition())
+                if key_of != current:
+                    if fetched:
+                        progress.add_fetched(fetched)
+                        fetched = []
+                    current = key_of
+                    tp = tps.get(key_of) or self._tp_of(*key_of)
+                    progress = progress_of(tp)
+                    prefix = f"{key_of[0]}/{key_of[1]}/"
+                    last = -1 if progress is None else progress.last_fetched()
+                if progress is None:
+                    continue  # revoked meanwhile
+                offset = msg.offset()
+                if offset <= last:
+                    continue  # a refetch
+                last = offset
+                fetched.append(offset)
+                key = msg.key()
+                headers = msg.headers()
+                published = msg.timestamp()[1]
+                if headers:
+                    delivery = self._delivery_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
+                    if delivery.due:
+                        wall = epoch_ms() if wall is None else wall
+                        if delivery.due > wall:
+                            delivery.due = time.monotonic() + (delivery.due - wall) / 1000.0
+                            heapq.heappush(self._held, (delivery.due, next(self._tiebreak), delivery))
+                            continue
+                    ready(delivery)
+                    continue
+                if published != last_ms:
+                    last_ms = published
+                    last_time = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
+                text_key = None if key is None else key.decode("utf-8", "replace")
+                ready(_Delivery(prefix + str(offset), msg.value(), _NO_ATTRIBUTES, text_key, last_time, 1, handle(),
+                                tp, offset, key, 0.0, ()))  # fmt: skip
+            if fetched:
+                progress.add_fetched(fetched)
+            self._last_publish_ms, self._last_publish_time = last_ms, last_time
+
+    # -- flow control: librdkafka's pause drops the partition's buffered messages, and resume
+    # fetches again from the position (the offset after the last message consume returned)
+    def _pause_partitions(self, tps: list[Any]) -> None:
+        self.consumer.pause(self._ck(tps))
+
+    def _resume_partitions(self, tps: list[Any]) -> None:
+        self.consumer.resume(self._ck(tps))
+
+    def _unpark(self) -> None:
+        pass  # kafka-python's fetcher bug; librdkafka has no parked records
+
+    # -- commits --------------------------------------------------------------------------
+    def _commit_async(self) -> None:
+        offsets = self._offsets_to_commit()
+        if not offsets:
+            return
+        self._last_commit = time.monotonic()
+        self.consumer.commit(offsets=self._ck(offsets, {tp: m.offset for tp, m in offsets.items()}), asynchronous=True)
+
+    def _committed(self, err: Any, partitions: list[Any]) -> None:
+        """librdkafka's commit report: a failed commit is sent again by the next one."""
+        failed = [p for p in partitions if err is not None or p.error is not None]
+        if not failed:
+            return
+        log.debug("async commit failed: %s; the next commit covers it", err or [p.error for p in failed])
+        with self._state:
+            for p in failed:
+                progress = self._progress.get(self._tp_of(p.topic, p.partition))
+                if progress is not None and progress.committed == p.offset:
+                    progress.committed = None
+
+    def _commit_now(self, offsets: dict[Any, Any]) -> None:
+        self.consumer.commit(offsets=self._ck(offsets, {tp: m.offset for tp, m in offsets.items()}), asynchronous=False)
+
+    # -- rebalances (inside consume, in the receiving thread) ----------------------------------------
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        tps = self._ours(partitions)
+        with self._state:
+            rewind, self._rewind = self._rewind, {}
+            self._resume_on_return = set()  # librdkafka assigns a partition unpaused
+        self._track_assigned(tps)
+        again = {tp: rewind[tp] for tp in tps if tp in rewind}
+        if not again:
+            return
+        from confluent_kafka import TopicPartition
+
+        listed = [TopicPartition(p.topic, p.partition, again.get(tp, p.offset)) for p, tp in zip(partitions, tps, strict=True)]
+        if self.settings.assignor == "cooperative-sticky":
+            consumer.incremental_assign(listed)
+        else:
+            consumer.assign(listed)
+
+    def _track_assigned(self, assigned: Iterable[Any]) -> None:
+        from ._progress import PartitionProgress
+
+        with self._state:
+            for tp in assigned:
+                if tp not in self._progress:
+                    self._progress[tp] = PartitionProgress(next(self._epochs))
+                self._paused.discard(tp)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        tps = self._ours(partitions)
+        offsets = self._offsets_to_commit(tps)
+        if offsets:
+            try:
+                self._commit_now(offsets)
+            except Exception as exc:  # the new owner will redeliver: at least once holds
+                log.warning("commit before giving up %s failed: %s", sorted(tps), exc)
+        self._forget_partitions(tps)
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        self._forget_partitions(self._ours(partitions), lost=True)
+
+    # -- copies to the retry and dead-letter topics -------------------------------------------
+    def producer(self) -> Any:
+        """The librdkafka producer of retry and dead-letter copies, started on first use."""
+        with self._producer_lock:
+            if self._producer is None:
+                self._producer = self._driver.new_producer()
+            return self._producer
+
+    def _republish(
+        self, topic: str, delivery: _Delivery, headers: tuple[tuple[str, bytes], ...], extra: dict[str, str]
+    ) -> None:
+        producer = self.producer()
+        done = threading.Event()
+        result: list[Any] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            result.append(None if err is None else _explain(err, topic))
+            done.set()
+
+        _produce(producer, topic, None if delivery._tombstone else delivery._body, delivery._key_bytes,
+                 [*headers, *to_headers(extra)], delivered)  # fmt: skip
+        _wait_for(producer, done, remaining(self._send_timeout), topic)
+        if result[0] is not None:
+            raise result[0]
+
+    # -- the rest ---------------------------------------------------------------------------
+    def stats(self) -> QueueStats:
+        with self._poll_lock:
+            with self._state:
+                partitions = list(self._progress)
+                in_flight = len(self._leased)
+                delayed = len(self._held)
+                ready = len(self._ready) + self._key_blocked_count()
+            lag = 0
+            if partitions:
+                try:
+                    positions = self.consumer.position(self._ck(partitions))
+                except Exception:
+                    positions = []
+                for p in positions:
+                    if p.offset < 0:
+                        continue
+                    try:
+                        _, high = self.consumer.get_watermark_offsets(p, timeout=1.0)
+                    except Exception:
+                        continue
+                    lag += max(0, high - p.offset)
+        return QueueStats(available=ready + lag, in_flight=in_flight, delayed=delayed, dead_letters=None)
+
+    def close(self) -> None:
+        with self._poll_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                offsets = self._offsets_to_commit()
+                if offsets:
+                    self._commit_now(offsets)
+            except Exception as exc:
+                log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
+            finally:
+                try:
+                    self.consumer.close()
+                finally:
+                    if self._producer is not None:
+                        self._producer.flush(self.settings.request_timeout)

@@ -1,0 +1,221 @@
+"""``engine=confluent`` (confluent-kafka, librdkafka): URL checks and configurations without a
+broker, and on Apache Kafka the behaviours the messaging contract does not cover (paused
+partitions, a rebalance between two members, cross-engine key placement and interop)."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("confluent_kafka", reason="engine=confluent needs confluent-kafka (the [confluent] extra)")
+
+import confluent_kafka
+from portable_kafka import KafkaMessaging
+from portable_kafka._confluent_config import confluent_consumer_config, confluent_producer_config
+from portable_kafka._progress import PartitionProgress
+from portable_kafka._settings import parse_settings
+
+import portable.messaging as pm
+from portable.errors import ErrorCode, InvalidURL
+from portable.resilience import ResiliencePolicy, RetryPolicy
+from portable.urls import parse_url
+from tests.emulators.harness import EmulatorInfo
+
+QUICK = ResiliencePolicy(retry=RetryPolicy(max_attempts=3, initial_backoff=0.05, max_backoff=0.5), breaker=None)
+
+
+def settings(url: str):  # type: ignore[no-untyped-def]
+    return parse_settings(parse_url(url))
+
+
+def group_url(broker: EmulatorInfo, name: str, partitions: int = 1, engine: str = "confluent") -> str:
+    return (
+        f"kafka://{broker.endpoints['bootstrap']}/{name}?group={name}&session_timeout_ms=6000"
+        f"&partitions={partitions}&engine={engine}"
+    )
+
+
+# ---------------------------------------------------------------- without a broker
+def test_engine_is_an_option_checked_like_the_others() -> None:
+    assert settings("kafka://b:9092/t").engine == "kafka-python"
+    s = settings("kafka://b:9092/t?group=g&engine=confluent")
+    assert s.engine == "confluent"
+    assert "engine=confluent" in s.url_for("other", "g2"), "derived URLs (DLQ, temporary) keep the engine"
+    with pytest.raises(InvalidURL, match="engine"):
+        settings("kafka://b:9092/t?engine=librdkafka")
+    with pytest.raises(InvalidURL, match="not wired to engine=confluent"):
+        settings("kafka://b:9092/t?engine=confluent&security_protocol=SASL_SSL&sasl_mechanism=AWS_MSK_IAM")
+
+
+def test_the_librdkafka_configs_say_what_the_kafka_python_ones_say() -> None:
+    s = settings("kafka://b1:9092,b2:9092/t?group=g&engine=confluent&linger_ms=7&session_timeout_ms=6000")
+    p = confluent_producer_config(s, lambda: None)
+    assert p["bootstrap.servers"] == "b1:9092,b2:9092"
+    assert (p["enable.idempotence"], p["acks"], p["linger.ms"], p["batch.size"]) == (True, "all", 7, 65536)
+    assert p["partitioner"] == "murmur2_random", "keys must land where kafka-python and Java put them"
+    assert p["max.in.flight.requests.per.connection"] == 5 and "retries" not in p
+    plain = confluent_producer_config(settings("kafka://b:9092/t?engine=confluent&idempotent=false&acks=1"), lambda: None)
+    assert (plain["enable.idempotence"], plain["acks"], plain["retries"]) == (False, "1", 0)
+    c = confluent_consumer_config(s, lambda: None)
+    assert (c["group.id"], c["enable.auto.commit"], c["auto.offset.reset"]) == ("g", False, "earliest")
+    assert (c["session.timeout.ms"], c["heartbeat.interval.ms"], c["partition.assignment.strategy"]) == (
+        6000, 2000, "range",
+    )  # fmt: skip
+    confluent_kafka.Producer(p)  # librdkafka accepts every key and value
+    confluent_kafka.Consumer(c).close()
+
+
+def test_librdkafka_errors_get_the_same_codes() -> None:
+    driver = KafkaMessaging(settings("kafka://b:9092/t?engine=confluent"))
+    K = confluent_kafka.KafkaError
+
+    def code(c: int) -> ErrorCode:
+        return driver.code_of(confluent_kafka.KafkaException(K(c)))
+
+    assert code(K.MSG_SIZE_TOO_LARGE) is ErrorCode.TOO_LARGE
+    assert code(K.TOPIC_AUTHORIZATION_FAILED) is ErrorCode.PERMISSION_DENIED
+    assert code(K._MSG_TIMED_OUT) is ErrorCode.DEADLINE_EXCEEDED
+    assert code(K._TRANSPORT) is ErrorCode.UNAVAILABLE
+    assert driver.is_retryable(confluent_kafka.KafkaException(K(K._TRANSPORT)))
+    assert not driver.is_retryable(confluent_kafka.KafkaException(K(K.TOPIC_AUTHORIZATION_FAILED)))
+
+
+def test_progress_takes_offsets_in_runs() -> None:
+    p = PartitionProgress(epoch=1)
+    assert p.last_fetched() == -1
+    p.add_fetched([3, 4, 5])
+    assert p.last_fetched() == 5 and p.in_flight == 3
+    assert p.settle(3) and p.to_commit() == 4
+
+
+# ---------------------------------------------------------------- on Apache Kafka
+def test_a_key_lands_on_the_same_partition_whichever_engine_published_it(
+    kafka_broker: EmulatorInfo, unique_name: str
+) -> None:
+    keys = [f"k{i}" for i in range(12)]
+    placed = {}
+    for engine in ("kafka-python", "confluent"):
+        with pm.open_topic(group_url(kafka_broker, unique_name, 3, engine), policy=QUICK) as topic:
+            ids = topic.publish_batch([pm.OutgoingMessage(b"x", key=k) for k in keys])
+        placed[engine] = [i.split("/")[1] for i in ids]
+    assert placed["kafka-python"] == placed["confluent"]
+    assert len(set(placed["confluent"])) > 1
+
+
+def test_paused_partitions_resume_and_keys_stay_in_order(
+    kafka_broker: EmulatorInfo, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """key-0's first message is held until its blocked records pause its partition; then every
+    record comes, in key order (librdkafka drops the paused partition's buffer and refetches)."""
+    import portable_kafka._receive as receiving
+
+    monkeypatch.setattr(receiving, "_PAUSE_AT", 4)
+    paused: list[int] = []
+    pace = receiving.LocalLeases._pace
+
+    def counting_pace(self: receiving.LocalLeases) -> None:
+        pace(self)
+        paused.append(len(self._paused))
+
+    monkeypatch.setattr(receiving.LocalLeases, "_pace", counting_pace)
+    url = group_url(kafka_broker, unique_name, 3)
+    keys = [f"key-{i}" for i in range(6)]
+    with pm.open_topic(url, policy=QUICK) as topic:
+        topic.publish_batch([pm.OutgoingMessage(f"{k}:{n}".encode(), key=k) for n in range(40) for k in keys])
+    seen: dict[str, list[int]] = {k: [] for k in keys}
+    held: pm.Message | None = None
+    with pm.open_subscription(url, policy=QUICK) as sub:
+        until = time.monotonic() + 60
+        while sum(map(len, seen.values())) < 240 and time.monotonic() < until:
+            for m in sub.receive(3, wait=0.2):
+                key, _, n = m.body.decode().partition(":")
+                seen[key].append(int(n))
+                if held is None and key == keys[0]:
+                    held = m
+                    continue
+                m.ack()
+            if held is not None and not held.settled and any(paused):
+                held.ack()
+    assert max(paused) > 0, "no partition was ever paused: the test tests nothing"
+    for key in keys:
+        assert seen[key] == list(range(40)), f"{key}: {seen[key][:12]}..."
+
+
+def test_two_members_share_the_partitions_and_every_message_comes_once_acked(
+    kafka_broker: EmulatorInfo, unique_name: str
+) -> None:
+    """A second member joins mid-stream: the first commits before its partitions move, and every
+    message is acked by someone (a redelivery after the move is allowed, a loss is not)."""
+    url = group_url(kafka_broker, unique_name, 4)
+    bodies = [f"m{i}".encode() for i in range(400)]
+    with pm.open_topic(url, policy=QUICK) as topic:
+        topic.publish_batch([pm.OutgoingMessage(b, key=f"k{i % 16}") for i, b in enumerate(bodies)])
+    acked: collections.Counter[bytes] = collections.Counter()
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def consume(sub: pm.Subscription) -> None:
+        while not stop.is_set():
+            for m in sub.receive(10, wait=0.2):
+                with lock:
+                    acked[m.body] += 1
+                m.ack()
+                time.sleep(0.002)
+
+    first = pm.open_subscription(url, policy=QUICK)
+    second = None
+    try:
+        t1 = threading.Thread(target=consume, args=(first,), daemon=True)
+        t1.start()
+        until = time.monotonic() + 30
+        while sum(acked.values()) < 50 and time.monotonic() < until:
+            time.sleep(0.05)
+        second = pm.open_subscription(url, policy=QUICK)
+        t2 = threading.Thread(target=consume, args=(second,), daemon=True)
+        t2.start()
+        until = time.monotonic() + 60
+        while set(acked) != set(bodies) and time.monotonic() < until:
+            time.sleep(0.1)
+        stop.set()
+        t1.join(10)
+        t2.join(10)
+    finally:
+        stop.set()
+        first.close()
+        if second is not None:
+            second.close()
+    assert set(acked) == set(bodies), f"{len(set(bodies) - set(acked))} messages never came"
+
+
+# ---------------------------------------------------------------- the consumer-group tests, on this engine
+#: test_kafka_groups' tests that are about the driver, not kafka-python (the others pin kafka-python's
+#: fetcher, or its producer's batching of keyless records).
+ENGINE_NEUTRAL_GROUP_TESTS = [
+    "test_close_commits_only_up_to_the_first_unacked_message",
+    "test_a_rebalance_commits_what_is_safe_and_drops_in_flight_messages",
+    "test_a_member_killed_mid_batch_loses_nothing_and_effects_happen_once",
+    "test_a_record_over_the_topics_max_message_bytes_is_too_large_before_sending",
+    "test_settled_messages_are_not_kept_until_their_lease_would_end",
+]
+
+
+@pytest.mark.parametrize("name", ENGINE_NEUTRAL_GROUP_TESTS)
+def test_group_behaviour_on_the_confluent_engine(
+    name: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test of test_kafka_groups above, with engine=confluent in every URL it makes."""
+    import inspect
+
+    import test_kafka_groups as groups  # the sibling module (pytest puts this directory on sys.path)
+
+    plain = groups.group_url
+
+    def confluent_url(*args: object, **options: str) -> str:
+        return plain(*args, **options) + "&engine=confluent"  # type: ignore[arg-type]
+
+    monkeypatch.setattr(groups, "group_url", confluent_url)
+    test = getattr(groups, name)
+    test(**{p: request.getfixturevalue(p) for p in inspect.signature(test).parameters})
