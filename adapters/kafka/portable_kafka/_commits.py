@@ -25,7 +25,7 @@ from portable.driver.messaging import (
     ORIGINAL_ID,
     ReceivedMessage,
 )
-from portable.errors import Unsupported
+from portable.errors import Unavailable, Unsupported
 from portable.resilience import remaining
 
 from ._receive import _NO_DELIVERIES, LocalLeases, _Delivery, _LostLease
@@ -71,6 +71,39 @@ class Settlement(LocalLeases):
         self._closed = False
         self._commit_timeout_ms = int(s.request_timeout * 1000)
         self._send_timeout = s.send_timeout
+
+    # -- receiving ---------------------------------------------------------------
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[_Delivery]:  # type: ignore[override]
+        """Lease up to ``max_messages`` ready deliveries, polling the engine's consumer for up to ``wait`` s.
+
+        Both engines share this loop; each polls in :meth:`_fetch`.
+        """
+        deadline = time.monotonic() + wait
+        with self._poll_lock:
+            if self._closed:
+                raise Unavailable("the Kafka subscription is closed", provider="kafka")
+            self._commit_async()
+            polled = False
+            while True:
+                out = self._lease_ready(max_messages, lease)
+                if out:
+                    return out
+                now = time.monotonic()
+                left = deadline - now
+                if polled and left <= 0:
+                    return out
+                timeout = max(0.0, left)
+                with self._state:
+                    for heap in (self._held, self._leases):
+                        if heap:
+                            timeout = min(timeout, max(0.0, heap[0][0] - now))
+                self._pace()  # here nothing deliverable is buffered: only held and key-blocked records
+                self._fetch(max_messages, timeout)
+                polled = True
+
+    def _fetch(self, max_messages: int, timeout: float) -> None:
+        """Poll the consumer once for up to ``timeout`` s and track what it returns (caller holds _poll_lock)."""
+        raise NotImplementedError
 
     # -- commits -----------------------------------------------------------------
     def _offsets_to_commit(self, partitions: Iterable[Any] | None = None) -> dict[Any, Any]:

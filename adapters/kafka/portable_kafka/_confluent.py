@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from portable.driver.messaging import OutgoingMessage, QueueStats, TopicDriver
-from portable.errors import DeadlineExceeded, TooLarge, Unavailable
+from portable.errors import DeadlineExceeded, TooLarge
 from portable.resilience import remaining
 
 from ._confluent_config import confluent_consumer_config
@@ -226,31 +226,11 @@ class ConfluentSubscription(Rebalancing):
         return tp
 
     # -- receiving ------------------------------------------------------------------------
-    def receive(self, max_messages: int, wait: float, lease: float) -> list[_Delivery]:  # type: ignore[override]
-        deadline = time.monotonic() + wait
-        with self._poll_lock:
-            if self._closed:
-                raise Unavailable("the Kafka subscription is closed", provider="kafka")
-            self._commit_async()
-            polled = False
-            while True:
-                out = self._lease_ready(max_messages, lease)
-                if out:
-                    return out
-                now = time.monotonic()
-                left = deadline - now
-                if polled and left <= 0:
-                    return out
-                timeout = max(0.0, left)
-                with self._state:
-                    for heap in (self._held, self._leases):
-                        if heap:
-                            timeout = min(timeout, max(0.0, heap[0][0] - now))
-                self._pace()
-                messages = self.consumer.consume(num_messages=max(max_messages, 100), timeout=timeout)
-                polled = True
-                if messages:
-                    self._track_consumed(messages)
+    def _fetch(self, max_messages: int, timeout: float) -> None:
+        """One ``consume`` of librdkafka's consumer, its messages tracked (caller holds _poll_lock)."""
+        messages = self.consumer.consume(num_messages=max(max_messages, 100), timeout=timeout)
+        if messages:
+            self._track_consumed(messages)
 
     def _track_consumed(self, messages: list[Any]) -> None:
         """Track librdkafka's messages as the kafka-python engine tracks its records (caller holds _poll_lock)."""

@@ -11,14 +11,11 @@ adds the consumer and the receive loop that drives them.
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from portable.driver.messaging import QueueStats
-from portable.errors import Unavailable
 
 from ._rebalance import Rebalancing, rebalance_listener
-from ._receive import _Delivery
 
 if TYPE_CHECKING:
     from .kafka import KafkaMessaging
@@ -52,31 +49,11 @@ class KafkaSubscription(Rebalancing):
         topics = [self.topic] + ([self.retry_topic] if self.retry_topic else [])
         self.consumer.subscribe(topics, listener=rebalance_listener(self))
 
-    def receive(self, max_messages: int, wait: float, lease: float) -> list[_Delivery]:  # type: ignore[override]
-        deadline = time.monotonic() + wait
-        with self._poll_lock:
-            if self._closed:
-                raise Unavailable("the Kafka subscription is closed", provider="kafka")
-            self._commit_async()
-            polled = False
-            while True:
-                out = self._lease_ready(max_messages, lease)
-                if out:
-                    return out
-                now = time.monotonic()
-                left = deadline - now
-                if polled and left <= 0:
-                    return out
-                timeout = max(0.0, left)
-                with self._state:
-                    for heap in (self._held, self._leases):
-                        if heap:
-                            timeout = min(timeout, max(0.0, heap[0][0] - now))
-                self._pace()  # here nothing deliverable is buffered: only held and key-blocked records
-                records = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=max(max_messages, 10))
-                polled = True
-                if records:
-                    self._track_fetched(records)
+    def _fetch(self, max_messages: int, timeout: float) -> None:
+        """One poll of kafka-python's consumer, its records tracked (caller holds _poll_lock)."""
+        records = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=max(max_messages, 10))
+        if records:
+            self._track_fetched(records)
 
     def stats(self) -> QueueStats:
         with self._poll_lock:
