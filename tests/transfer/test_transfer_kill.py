@@ -60,8 +60,9 @@ class Watcher(threading.Thread):
 
 
 def run_killed(src_url: str, dst_url: str, env: dict[str, str], rng: random.Random,
-               kill_after: int | None) -> list[dict[str, object]]:
-    """Run the worker; SIGKILL it a random moment after its ``kill_after``-th finished object. Return its lines."""
+               kill_after: int | None, late: float = 0.4) -> list[dict[str, object]]:
+    """Run the worker; SIGKILL it a random moment (up to ``late`` s) after its ``kill_after``-th finished
+    object. Return its lines."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.transfer.sync_worker", src_url, dst_url],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -73,7 +74,7 @@ def run_killed(src_url: str, dst_url: str, env: dict[str, str], rng: random.Rand
     timer: threading.Timer | None = None
 
     def arm() -> threading.Timer:
-        t = threading.Timer(rng.uniform(0.0, 0.4), proc.send_signal, (signal.SIGKILL,))
+        t = threading.Timer(rng.uniform(0.0, late), proc.send_signal, (signal.SIGKILL,))
         t.start()
         return t
 
@@ -101,8 +102,10 @@ def kill_and_rerun(src: Bucket, dst: Bucket, src_url: str, dst_url: str, env: di
     try:
         for attempt in range(KILLS + 1):
             left = N - len(copied)
-            kill_after = rng.randint(0, max(0, left // 2)) if attempt < KILLS else None
-            lines = run_killed(src_url, dst_url, env, rng, kill_after)
+            kill_after = rng.randint(1 if attempt == 0 else 0, max(1, left // 2)) if attempt < KILLS else None
+            # the first kill comes at once: at least half the objects are still to go, so however fast
+            # a machine copies, one run is surely killed mid-way; later kills land anywhere
+            lines = run_killed(src_url, dst_url, env, rng, kill_after, late=0.0 if attempt == 0 else 0.4)
             copied.update(str(x["key"]) for x in lines if x.get("status") == "copied")
             done = [x for x in lines if x.get("done")]
             if not done:
