@@ -82,7 +82,23 @@ class Recording:
     def __exit__(self, *exc: object) -> None:
         _moto_api(self.endpoint, "stop-recording")
         text = _moto_api(self.endpoint, "download-recording").decode()
-        self.entries = [json.loads(line) for line in text.splitlines() if line.strip()]
+        self.entries = _json_stream(text)
+
+
+def _json_stream(text: str) -> list[dict[str, Any]]:
+    """The entries of moto's recording: JSON objects one after another. Mostly one per line, but moto
+    appends concurrent requests' entries (obstore uploads parts in parallel) without a newline between
+    them now and then, so each object is decoded where the last one ended."""
+    decoder = json.JSONDecoder()
+    entries: list[dict[str, Any]] = []
+    at = 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            return entries
+        entry, at = decoder.raw_decode(text, at)
+        entries.append(entry)
 
 
 def s3_class(seen: Seen) -> str:
