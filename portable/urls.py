@@ -86,6 +86,7 @@ _BUILTIN: dict[str, dict[str, tuple[str, str | None]]] = {
         "kafka": ("portable_kafka.kafka:KafkaMessaging", "kafka"),
         "mem": ("portable.embedded.memqueue:MemoryMessaging", None),
         "pubsub": ("portable_gcp.pubsub:PubSubMessaging", "gcp"),
+        "pulsar": ("portable_pulsar.pulsar:PulsarMessaging", "pulsar"),
         "sqlite": ("portable.embedded.sqlitequeue:SqliteMessaging", None),
         "sqs": ("portable_aws.sqs:SQSMessaging", "aws"),
     },

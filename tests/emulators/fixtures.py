@@ -22,7 +22,7 @@ from typing import NoReturn
 import pytest
 
 from . import create
-from .harness import EmulatorInfo, EmulatorStartError, EmulatorUnavailable
+from .harness import Emulator, EmulatorInfo, EmulatorStartError, EmulatorUnavailable
 
 REQUIRE_ENV = "PORTABLE_REQUIRE_EMULATORS"
 
@@ -38,9 +38,9 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def run_emulator(name: str) -> Iterator[EmulatorInfo]:
-    """Start emulator `name`, yield its info, stop it: the body of every fixture here."""
-    emulator = create(name)
+def run_emulator(name: str, emulator: Emulator | None = None) -> Iterator[EmulatorInfo]:
+    """Start emulator `name` (or the `emulator` given), yield its info, stop it: the body of every fixture here."""
+    emulator = emulator or create(name)
     ok, reason = emulator.available()
     if not ok:
         unavailable(f"emulator {name!r} is not installed: {reason}")
@@ -106,6 +106,15 @@ def kafka_broker() -> Iterator[EmulatorInfo]:
 def tansu_broker() -> Iterator[EmulatorInfo]:
     """Tansu: ``bootstrap``; env ``KAFKA_BOOTSTRAP_SERVERS``."""
     yield from run_emulator("tansu")
+
+
+@pytest.fixture(scope="session")
+def pulsar_broker() -> Iterator[EmulatorInfo]:
+    """Apache Pulsar 4.0.7 standalone: ``service_url``, ``admin_url``, ``cluster``; env
+    ``PULSAR_SERVICE_URL``, ``PULSAR_ADMIN_URL``. One per pytest worker, ~460 MB RSS."""
+    from .pulsar import PulsarStandalone  # not yet in tests.emulators.EMULATORS (owned elsewhere)
+
+    yield from run_emulator("pulsar", PulsarStandalone())
 
 
 @pytest.fixture(scope="session")
