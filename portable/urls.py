@@ -269,6 +269,7 @@ _CREDENTIAL_HINTS: dict[str, str] = {
         "name the user with sasl_username= (or the environment variable KAFKA_SASL_USERNAME) and put "
         "the password in the environment variable named by sasl_password_env= (default KAFKA_SASL_PASSWORD)"
     ),
+    "pulsar": "put a JWT in the environment variable named by token_env= (default PULSAR_AUTH_TOKEN)",
     "redis": (
         "build a redis.Redis with the password (read from an environment variable) in code and pass it "
         "to portable_redis.RedisStore(client)"
