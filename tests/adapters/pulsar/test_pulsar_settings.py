@@ -11,8 +11,8 @@ from portable.urls import parse_url
 
 pytest.importorskip("pulsar", reason="pulsar:// needs pulsar-client")
 
-from portable_pulsar._settings import parse_settings  # noqa: E402
-from portable_pulsar.pulsar import PulsarMessaging  # noqa: E402
+from portable_pulsar._settings import parse_settings
+from portable_pulsar.pulsar import PulsarMessaging
 
 # nothing listens on port 1: any request would fail with a connection error, not InvalidURL
 BASE = "pulsar://127.0.0.1:1/public/default/events"
