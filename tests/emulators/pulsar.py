@@ -166,3 +166,19 @@ class PulsarStandalone(Emulator):
         status, body = http_request(f"{admin}/admin/v2/namespaces/public", timeout=timeout)
         if status != 200 or "public/default" not in json.loads(body or b"[]"):
             raise RuntimeError(f"GET /admin/v2/namespaces/public answered {status}: {body[:200]!r}")
+
+
+def wire_check(info: EmulatorInfo) -> None:
+    """A real admin round trip (create a topic and a subscription, read its stats, delete it),
+    for ``tests/test_emulators_harness.py``'s ``WIRE_CHECKS`` (needs no pulsar-client)."""
+    admin = info.endpoints["admin_url"]
+    path = "/admin/v2/persistent/public/default/wire-check"
+    status, body = http_request(f"{admin}{path}/subscription/wire", method="PUT", timeout=30)
+    if status not in (204, 409):
+        raise AssertionError(f"PUT subscription answered {status}: {body[:200]!r}")
+    try:
+        status, body = http_request(f"{admin}{path}/stats", timeout=30)
+        assert status == 200, (status, body[:200])
+        assert "wire" in json.loads(body)["subscriptions"], body[:200]
+    finally:
+        http_request(f"{admin}{path}?force=true", method="DELETE", timeout=30)

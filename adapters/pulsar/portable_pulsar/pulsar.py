@@ -251,17 +251,17 @@ _PULSAR_CODES: dict[str, ErrorCode] = {
     **dict.fromkeys(
         ("ProducerBlockedQuotaExceededError", "ProducerBlockedQuotaExceededException",
          "TooManyLookupRequestException"), ErrorCode.THROTTLED,
-    ),  # fmt: skip
+    ),
     "Timeout": ErrorCode.DEADLINE_EXCEEDED,
     **dict.fromkeys(
         ("ConnectError", "NotConnected", "LookupError", "ServiceUnitNotReady", "BrokerPersistenceError",
          "BrokerMetadataError", "ProducerQueueIsFull", "MemoryBufferIsFull", "ReadError", "ChecksumError"),
         ErrorCode.UNAVAILABLE,
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(
         ("InvalidConfiguration", "InvalidTopicName", "InvalidUrl", "InvalidMessage", "IncompatibleSchema",
          "CumulativeAcknowledgementNotAllowedError"), ErrorCode.INVALID_ARGUMENT,
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(("OperationNotSupported", "UnsupportedVersionError", "NotAllowedError"), ErrorCode.UNSUPPORTED),
     # another consumer holds an exclusive/failover slot, or the topic no longer takes messages
     **dict.fromkeys(("ConsumerBusy", "ProducerBusy", "ProducerFenced", "TopicTerminated"), ErrorCode.PRECONDITION_FAILED),
