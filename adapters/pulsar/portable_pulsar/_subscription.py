@@ -220,7 +220,7 @@ class PulsarSubscription(SubscriptionDriver):
         acknowledge = self._native.acknowledge
         leases = self._leases
         with self._lock:
-            taken = []
+            taken: list[_PulsarDelivery | None] = []
             for handle in handles:
                 delivery = leases.get(handle)
                 if delivery is None or delivery.status != _LEASED:
