@@ -42,6 +42,7 @@ PROVIDERS: list[tuple[str, str, str, str | None]] = [
     ("messaging", "pubsub://", "pubsub://my-project/topics/topic?subscription=sub&endpoint=127.0.0.1:9", None),
     ("messaging", "azqueue://", "azqueue://acct/queue?account_key_env=PORTABLE_MATRIX_FAKE_KEY&queue_endpoint=http://127.0.0.1:9/acct", None),
     ("messaging", "kafka://", "kafka://127.0.0.1:9/topic?group=g", None),
+    ("messaging", "pulsar://", "pulsar://127.0.0.1:9/public/default/t?subscription=s", None),
     ("compute", "local://", "local:///tmp/portable-matrix-jobs", None),
     ("compute", "batch://", "batch://queue?job_definition=d&region=us-east-1", None),
     ("compute", "dask://", "dask://127.0.0.1:9", "portable_dask.launcher:DaskLauncher"),

@@ -29,6 +29,7 @@ from tests.emulators.harness import (
 )
 from tests.emulators.kafka_brokers import KAFKA_POM, KAFKA_VERSION
 from tests.emulators.kafka_wire import api_versions, check_broker
+from tests.emulators.pulsar import wire_check as check_pulsar
 from tests.emulators.redis_server import redis_command
 
 # --- one minimal real request per emulator --------------------------------------------
@@ -180,6 +181,7 @@ WIRE_CHECKS: dict[str, Callable[[EmulatorInfo], None]] = {
     "s3s": check_s3s,
     "k8s": check_k8s,
     "jaeger": check_jaeger,
+    "pulsar": check_pulsar,
 }
 
 

@@ -30,6 +30,7 @@ from .jaeger import Jaeger
 from .k8s import KubernetesCluster
 from .kafka_brokers import KafkaBroker, TansuBroker
 from .moto_server import MotoServer
+from .pulsar import PulsarStandalone
 from .redis_server import RedisServer
 from .s3s_server import S3sServer
 
@@ -48,6 +49,7 @@ EMULATORS: dict[str, type[Emulator]] = {
         S3sServer,
         KubernetesCluster,
         Jaeger,
+        PulsarStandalone,
     )
 }
 

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import EMULATORS as _REGISTERED
-from . import create as _create_registered
+from . import EMULATORS, create
 from .harness import (
     STATE_DIR,
     Emulator,
@@ -28,17 +27,6 @@ from .harness import (
     terminate,
 )
 from .k8s import ordered_stop
-from .pulsar import PulsarStandalone
-
-# Pulsar is not in tests.emulators.EMULATORS yet (tests/emulators/__init__.py is owned elsewhere):
-# the CLI knows it here, so `up pulsar` / `down pulsar` / `list` work meanwhile.
-EMULATORS: dict[str, type[Emulator]] = {**_REGISTERED, PulsarStandalone.name: PulsarStandalone}
-
-
-def create(name: str) -> Emulator:
-    if name in _REGISTERED:
-        return _create_registered(name)
-    return EMULATORS[name]()
 
 #: Overrides the state file (the harness's own test uses it to keep away from yours).
 STATE_ENV = "PORTABLE_EMULATOR_STATE"

@@ -112,9 +112,7 @@ def tansu_broker() -> Iterator[EmulatorInfo]:
 def pulsar_broker() -> Iterator[EmulatorInfo]:
     """Apache Pulsar 4.0.7 standalone: ``service_url``, ``admin_url``, ``cluster``; env
     ``PULSAR_SERVICE_URL``, ``PULSAR_ADMIN_URL``. One per pytest worker, ~460 MB RSS."""
-    from .pulsar import PulsarStandalone  # not yet in tests.emulators.EMULATORS (owned elsewhere)
-
-    yield from run_emulator("pulsar", PulsarStandalone())
+    yield from run_emulator("pulsar")
 
 
 @pytest.fixture(scope="session")
