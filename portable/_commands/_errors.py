@@ -14,36 +14,44 @@ import re
 import traceback
 
 from ..driver.redaction import redact
-from ..errors import PermissionDenied, PortableError
+from ..errors import PortableError
 
-__all__ = ["credentials_fix", "error_line", "first_line", "is_credentials_error"]
+__all__ = ["credentials_fix", "credentials_problem", "error_line", "first_line", "is_credentials_error"]
 
-#: What a provider says, anywhere in the error's chain, when it has or accepts no credentials.
-_CREDENTIAL_SIGNS = re.compile(
+#: What a provider says, anywhere in the error's chain, when it finds no credentials to send.
+_MISSING_SIGNS = re.compile(
     "|".join(
         (
             r"unable to locate credentials",  # botocore NoCredentialsError
             r"partial credentials",
             r"no aws credentials",
-            r"invalidaccesskeyid",
-            r"signaturedoesnotmatch",
-            r"the aws access key id",
-            r"expiredtoken",
             r"/latest/api/token",  # object_store asking EC2's metadata service, there being no other credentials
             r"169\.254\.169\.254",
             r"/metadata/identity/oauth2",  # Azure managed identity
             r"defaultazurecredential",
             r"credentialunavailable",
+            r"defaultcredentialserror",
+            r"could not automatically determine credentials",
+            r"token request",
+        )
+    ),
+    re.IGNORECASE,
+)
+#: ... and when it refuses the credentials it was sent.
+_REFUSED_SIGNS = re.compile(
+    "|".join(
+        (
+            r"invalidaccesskeyid",
+            r"signaturedoesnotmatch",
+            r"the aws access key id",
+            r"expiredtoken",
             r"clientauthenticationerror",
             r"authorizationfailure",
             r"authenticationfailed",
             r"server failed to authenticate",
-            r"defaultcredentialserror",
-            r"could not automatically determine credentials",
             r"refresherror",
             r"invalid_grant",
             r"anonymous caller",
-            r"token request",
         )
     ),
     re.IGNORECASE,
@@ -90,9 +98,19 @@ def _scheme_of(exc: PortableError, fallback: str) -> str:
     return provider.rpartition("+")[2]
 
 
+def credentials_problem(exc: PortableError) -> str | None:
+    """``"missing"`` or ``"refused"`` when ``exc`` says the provider has or accepts no credentials, else None."""
+    texts = [f"{type(link).__name__}: {link}" for link in _chain(exc)]
+    if any(_MISSING_SIGNS.search(text) for text in texts):
+        return "missing"
+    if any(_REFUSED_SIGNS.search(text) for text in texts):
+        return "refused"
+    return None
+
+
 def is_credentials_error(exc: PortableError) -> bool:
-    """Whether ``exc`` says the provider has, or accepts, no credentials (see ``_CREDENTIAL_SIGNS``)."""
-    return any(_CREDENTIAL_SIGNS.search(f"{type(link).__name__}: {link}") for link in _chain(exc))
+    """Whether ``exc`` says the provider has, or accepts, no credentials."""
+    return credentials_problem(exc) is not None
 
 
 def credentials_fix(scheme: str) -> str | None:
@@ -109,9 +127,10 @@ def error_line(exc: BaseException, *, scheme: str = "", debug: bool = False) -> 
     if isinstance(exc, PortableError):
         name = type(exc).__name__
         where = _scheme_of(exc, scheme)
-        fix = credentials_fix(where) if is_credentials_error(exc) else None
+        problem = credentials_problem(exc)
+        fix = credentials_fix(where) if problem is not None else None
         if fix is not None:
-            kind = "refused the credentials" if isinstance(exc, PermissionDenied) else "found no usable credentials"
+            kind = "found no credentials" if problem == "missing" else "refused the credentials it was sent"
             line = f"portable: {name}: {where}:// {kind}; fix: {fix}"
         else:
             line = f"portable: {name}: {first_line(str(exc))}"

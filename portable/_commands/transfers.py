@@ -172,6 +172,7 @@ def _one(args: argparse.Namespace, out: Output, src: Place, dst: Place, move: bo
 
 def _copy(args: argparse.Namespace, mode: str) -> int:
     out = Output(args)
+    _checksum(args)  # contradictory flags are bad usage, whatever is copied
     dst = place_of(args.dst, args.bucket)
     warn_if_mem(dst, out)
     if mode == "sync" or args.recursive:
