@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pty
 import subprocess
+import sys
 
 from tests.cli.conftest import EXE, clean_env, make_tree
 
@@ -176,3 +177,9 @@ def test_a_portable_error_has_no_traceback_unless_debug(run, tmp_path):
     assert dbg.code == 1 and "Traceback" in dbg.err
     unknown = run("ls", "s4://bucket/x")
     assert unknown.code == 1 and "Did you mean s3://" in unknown.err
+
+
+def test_rich_is_imported_only_to_draw_a_bar(tmp_path):
+    code = "import sys, portable, portable.cli, portable.transfer; print('rich' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env=clean_env(tmp_path), capture_output=True, timeout=60)
+    assert out.stdout.strip() == b"False", out.stderr
