@@ -13,7 +13,7 @@ import fnmatch
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["add_output_flags", "add_filters", "key_filter", "open_place_bucket"]
+__all__ = ["add_filters", "add_output_flags", "default_bucket", "key_filter", "open_place_bucket"]
 
 
 def add_output_flags(parser: argparse.ArgumentParser, *, json_help: str) -> None:
@@ -59,6 +59,15 @@ def key_filter(filters: Sequence[tuple[bool, str]]) -> Callable[[str], bool] | N
         return kept
 
     return keep
+
+
+def default_bucket(args: argparse.Namespace) -> str:
+    """The bucket of bare KEY arguments: ``--bucket``, else the active profile's ``storage`` URL."""
+    if getattr(args, "bucket", None) is not None:
+        return str(args.bucket)
+    from ..config import load_profile
+
+    return load_profile(args.profile).storage
 
 
 def open_place_bucket(url: str | None, args: argparse.Namespace) -> Any:

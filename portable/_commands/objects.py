@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from ..errors import NotFound
 from ..storage import Bucket
-from ._options import add_filters, add_output_flags, key_filter, open_place_bucket
+from ._options import add_filters, add_output_flags, default_bucket, key_filter, open_place_bucket
 from ._output import Output, human_size, info_record
 from ._targets import Place, UsageError, place_of
 
@@ -43,7 +43,7 @@ def warn_if_mem(place: Place, out: Output) -> None:
 
 def object_place(text: str, args: argparse.Namespace, *, what: str = "object") -> Place:
     """The place of one object; UsageError when ``text`` names a folder or a whole bucket."""
-    place = place_of(text, args.bucket)
+    place = place_of(text, default_bucket(args))
     if place.is_dir_like:
         hint = "use -r for a folder" if place.local else "add the key: URL/KEY"
         raise UsageError(f"{text!r} names a folder or a whole bucket, not an {what}; {hint}")
@@ -54,7 +54,7 @@ def object_place(text: str, args: argparse.Namespace, *, what: str = "object") -
 
 def _cmd_ls(args: argparse.Namespace) -> int:
     out = Output(args)
-    place = place_of(args.url, args.bucket) if args.url else None
+    place = place_of(args.url, default_bucket(args)) if args.url else None
     if place is None:
         bucket_url, prefix = args.bucket, ""
     elif place.local:
@@ -107,7 +107,7 @@ def _cmd_put(args: argparse.Namespace) -> int:
     out = Output(args)
     source, name = _put_source(args.file)
     try:
-        place = place_of(args.url, args.bucket)
+        place = place_of(args.url, default_bucket(args))
         if place.is_dir_like:
             if name is None:
                 raise UsageError(f"put: {args.url!r} names a folder; give the object's key (URL/KEY) for stdin")
@@ -147,7 +147,7 @@ def _cmd_rm(args: argparse.Namespace) -> int:
     count = 0
     if args.recursive:
         for text in args.urls:
-            place = place_of(text, args.bucket)
+            place = place_of(text, default_bucket(args))
             with open_place_bucket(place.rooted(), args) as bucket:
                 batch: list[str] = []
                 for info in _tree_keys(bucket, args):
@@ -161,7 +161,7 @@ def _cmd_rm(args: argparse.Namespace) -> int:
         if args.filters:
             raise UsageError("rm: --include/--exclude filter the keys under a prefix: add -r")
         for text in args.urls:
-            place = place_of(text, args.bucket)
+            place = place_of(text, default_bucket(args))
             if place.is_dir_like:
                 raise UsageError(f"rm: {text!r} names a folder or a whole bucket; add -r to delete what is under it")
             with open_place_bucket(place.bucket, args) as bucket:
@@ -209,7 +209,7 @@ def _cmd_stat(args: argparse.Namespace) -> int:
 
 def _cmd_du(args: argparse.Namespace) -> int:
     out = Output(args)
-    place = place_of(args.url, args.bucket) if args.url else None
+    place = place_of(args.url, default_bucket(args)) if args.url else None
     if place is not None and place.local and not os.path.exists(place.path):
         raise NotFound(f"no such file or folder: {place.path}")
     url = place.rooted() if place is not None else args.bucket

@@ -33,7 +33,7 @@ from ..errors import NotFound
 from ..storage import Bucket
 from ..transfer import ChecksumMismatch, ObjectResult, TransferReport
 from ._errors import error_line
-from ._options import add_filters, add_output_flags, key_filter, open_place_bucket
+from ._options import add_filters, add_output_flags, default_bucket, key_filter, open_place_bucket
 from ._output import Output, TransferBar, count_in_background
 from ._targets import Place, UsageError, object_name, place_of
 from .objects import object_place, warn_if_mem
@@ -173,10 +173,10 @@ def _one(args: argparse.Namespace, out: Output, src: Place, dst: Place, move: bo
 def _copy(args: argparse.Namespace, mode: str) -> int:
     out = Output(args)
     _checksum(args)  # contradictory flags are bad usage, whatever is copied
-    dst = place_of(args.dst, args.bucket)
+    dst = place_of(args.dst, default_bucket(args))
     warn_if_mem(dst, out)
     if mode == "sync" or args.recursive:
-        src = place_of(args.src, args.bucket)
+        src = place_of(args.src, default_bucket(args))
         if src.local and not os.path.exists(src.path):
             raise NotFound(f"no such file or folder: {src.path}")
         if not (src.local and os.path.isfile(src.path)):

@@ -183,3 +183,14 @@ def test_rich_is_imported_only_to_draw_a_bar(tmp_path):
     code = "import sys, portable, portable.cli, portable.transfer; print('rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env=clean_env(tmp_path), capture_output=True, timeout=60)
     assert out.stdout.strip() == b"False", out.stderr
+
+
+def test_bare_keys_land_on_the_profiles_bucket_also_as_tree_prefixes(run, tmp_path):
+    (tmp_path / "portable.toml").write_text(f'[profiles.default]\nstorage = "file://{tmp_path / "objs"}"\n')
+    files = make_tree(tmp_path / "src")
+    res = run("cp", "-r", "./src", "backup/2026")
+    assert res.code == 0, res.err
+    assert (tmp_path / "objs" / "backup" / "2026" / "sub" / "e.csv").read_bytes() == files["sub/e.csv"]
+    assert "backup/2026/a.txt" in run("ls", "-r", "backup/").out
+    assert run("du", "backup", "--json").json_lines()[0]["objects"] == 5
+    assert run("cat", "backup/2026/a.txt").raw == files["a.txt"]
