@@ -194,3 +194,17 @@ def test_bare_keys_land_on_the_profiles_bucket_also_as_tree_prefixes(run, tmp_pa
     assert "backup/2026/a.txt" in run("ls", "-r", "backup/").out
     assert run("du", "backup", "--json").json_lines()[0]["objects"] == 5
     assert run("cat", "backup/2026/a.txt").raw == files["a.txt"]
+
+
+def test_a_failed_object_is_one_line_the_others_go_on_and_the_exit_code_is_1(run, tmp_path):
+    make_tree(tmp_path / "src")
+    (tmp_path / "dst").mkdir()
+    (tmp_path / "dst" / "sub").write_bytes(b"a file where the folder sub/ must go")
+    res = run("cp", "-r", "./src", "./dst")
+    assert res.code == 1
+    failed = sorted(line.split()[2].rstrip(":") for line in res.err.splitlines() if line.startswith("portable: failed "))
+    assert failed == ["sub/c.txt", "sub/deep/d.log", "sub/e.csv"]
+    assert res.err.strip().splitlines()[-1].startswith("copied 2 objects, 16 B in ") and "; 3 FAILED" in res.err
+    assert (tmp_path / "dst" / "a.txt").read_bytes() == b"alpha\n"
+    as_json = run("cp", "-r", "./src", "./dst", "--json")
+    assert as_json.code == 1 and as_json.json_lines()[-1]["summary"]["failed"] == 3
