@@ -17,3 +17,6 @@ def test_azure_with_a_wrong_key_is_one_line_naming_the_fix(run, az_place):
     err = one_line(res)
     assert "az:// refused the credentials" in err and "AZURE_STORAGE_CONNECTION_STRING" in err and "az login" in err
     assert secret not in err and "d3Jvbmdr" not in err
+    debug = run("--debug", "ls", az_place.url(""), env={k: wrong for k in az_place.env})
+    assert debug.code == 1 and "Traceback" in debug.err and "AuthorizationFailure" in debug.err
+    assert secret not in debug.err and "d3Jvbmdr" not in debug.err  # the provider's detail, no secret
