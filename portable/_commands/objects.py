@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from ..driver.storage import ObjectInfo
 from ..errors import NotFound
 from ..storage import Bucket
 from ._options import add_filters, add_output_flags, default_bucket, key_filter, open_place_bucket
@@ -55,14 +56,9 @@ def object_place(text: str, args: argparse.Namespace, *, what: str = "object") -
 def _cmd_ls(args: argparse.Namespace) -> int:
     out = Output(args)
     place = place_of(args.url, default_bucket(args)) if args.url else None
-    if place is None:
-        bucket_url, prefix = args.bucket, ""
-    elif place.local:
-        if not os.path.exists(place.path):
-            raise NotFound(f"no such file or folder: {place.path}")
-        bucket_url, prefix = place.bucket, place.key
-    else:
-        bucket_url, prefix = place.bucket, place.key
+    if place is not None and place.local and not os.path.exists(place.path):
+        raise NotFound(f"no such file or folder: {place.path}")
+    bucket_url, prefix = (place.bucket, place.key) if place is not None else (args.bucket, "")
     with open_place_bucket(bucket_url, args) as bucket:
         for entry in bucket.list(prefix, delimiter=None if args.recursive else "/"):
             if out.json:
@@ -134,7 +130,8 @@ def _cmd_put(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tree_keys(bucket: Bucket, args: argparse.Namespace) -> Iterator[Any]:
+def _tree_keys(bucket: Bucket, args: argparse.Namespace) -> Iterator[ObjectInfo]:
+    """Every object of ``bucket`` (opened at the prefix) that --include/--exclude keep."""
     keep = key_filter(args.filters)
     for info in bucket.list(""):
         if keep is None or keep(info.key):

@@ -134,7 +134,8 @@ def test_cp_to_mem_warns_that_it_ends_with_the_process(run, tmp_path):
 
 def test_a_missing_source_file_is_one_line_and_exit_1(run):
     for args in (("cp", "./nope.txt", "./x"), ("cp", "-r", "./nope", "./x"), ("put", "file://./k", "./nope.txt"),
-                 ("cat", "./nope.txt"), ("stat", "./nope.txt")):
+                 ("cat", "./nope.txt"), ("stat", "./nope.txt"), ("ls", "./nope/"), ("du", "./nope"),
+                 ("sync", "./nope", "./x")):
         res = run(*args)
         assert res.code == 1, (args, res.err)
         assert res.err.count("\n") == 1 and res.err.startswith("portable: NotFound: ") and "Traceback" not in res.err
