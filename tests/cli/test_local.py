@@ -209,3 +209,14 @@ def test_a_failed_object_is_one_line_the_others_go_on_and_the_exit_code_is_1(run
     assert (tmp_path / "dst" / "a.txt").read_bytes() == b"alpha\n"
     as_json = run("cp", "-r", "./src", "./dst", "--json")
     assert as_json.code == 1 and as_json.json_lines()[-1]["summary"]["failed"] == 3
+
+
+def test_checksum_finds_a_same_size_difference_that_size_and_time_miss(run, tmp_path):
+    make_tree(tmp_path / "src")
+    assert run("sync", "./src", "./dst").code == 0
+    (tmp_path / "dst" / "a.txt").write_bytes(b"ALPHA\n")  # same size, newer than the source
+    quick = run("sync", "./src", "./dst", "--json").json_lines()
+    assert quick[-1]["summary"]["copied"] == 0
+    full = run("sync", "./src", "./dst", "--checksum", "--json").json_lines()
+    assert [r["key"] for r in full[:-1] if r["status"] == "copied"] == ["a.txt"]
+    assert (tmp_path / "dst" / "a.txt").read_bytes() == b"alpha\n"
