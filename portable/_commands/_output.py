@@ -107,7 +107,14 @@ class Output:
         if not self.bar_wanted:
             yield None
             return
-        bar = TransferBar(label, total_bytes)
+        try:
+            bar = TransferBar(label, total_bytes)
+        except ModuleNotFoundError as exc:
+            if exc.name != "rich":
+                raise
+            self.note("portable: no progress bar: it needs rich (pip install 'portable-cloud[cli]')")
+            yield None
+            return
         try:
             yield bar
         finally:
