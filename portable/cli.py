@@ -1,14 +1,16 @@
 """The ``portable`` command.
 
-Storage commands take object URLs: ``SCHEME://BUCKET-URL/KEY`` is split at
-the bucket's root for each scheme (``s3://bucket/key``, ``file://./data/key``
-needs ``--bucket``), or a bare KEY on the active profile's bucket.
+Storage commands take URLs: ``s3://bucket/key``, ``gs://bucket/key``,
+``az://container/key``, ``mem://store/key``, a local path (``./x``, ``/abs/x``,
+``file://x``), ``BUCKET-URL::KEY``, or a bare KEY on ``--bucket`` (default: the
+active profile's bucket). See docs/cli.md.
 
-    portable ls [PREFIX] [--bucket URL] [-r]
-    portable cat KEY [--bucket URL]
-    portable put KEY [FILE|-] [--bucket URL] [--if-none-match]
-    portable rm KEY... [--bucket URL]
-    portable cp SRC DST            # each a KEY on --bucket, or BUCKET-URL::KEY
+    portable ls [URL] [-r]                       portable stat URL [--json]
+    portable cat URL                             portable du [URL]
+    portable put URL [FILE|-] [--if-none-match]  portable rm [-r] URL...
+    portable cp [-r] SRC DST                     portable mv [-r] SRC DST
+    portable sync SRC DST [--delete]
+        (--include/--exclude PATTERN, --dry-run, --checksum, --json, --quiet, --debug)
     portable abort-incomplete [URL] --older-than AGE [--prefix P] [--dry-run]
     portable config show [--profile P]
     portable doctor [--profile P]
@@ -17,7 +19,8 @@ needs ``--bucket``), or a bare KEY on the active profile's bucket.
     portable contract [[DOMAIN=]URL ...] [--json PATH] [--junit-xml PATH]
     portable demo
 
-Exit codes: 0 success, 1 a portable error (message on stderr), 2 bad usage
+Exit codes: 0 success, 1 a portable error or any object failed (one line on
+stderr; ``--debug`` adds the provider's detail and the traceback), 2 bad usage
 (``abort-incomplete``: 0 also when there was nothing to remove).
 """
 
@@ -27,18 +30,28 @@ import argparse
 import importlib
 import json
 import sys
-import time
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import Any
 
 from . import errors
+from ._commands._errors import error_line
+from ._commands._targets import UsageError
 from .config import load_profile
-from .storage import Bucket, open_bucket
+from .storage import open_bucket
 
-__all__ = ["COMMAND_MODULES", "main"]
+__all__ = ["COMMAND_MODULES", "EXIT_CODES", "main"]
+
+#: What ``portable --help`` says of exit codes (docs/cli.md says the same).
+EXIT_CODES = """exit codes:
+  0  success
+  1  a portable error (one line on stderr; --debug adds the provider's detail), or any object failed
+  2  bad usage (an unknown option, a missing argument, an argument that names nothing)
+"""
 
 #: Modules that add subcommands through ``register(subparsers)``.
 COMMAND_MODULES = (
+    "portable._commands.objects",
+    "portable._commands.transfers",
     "portable._commands.abort_incomplete",
     "portable._commands.queue",
     "portable._commands.jobs",
@@ -46,119 +59,6 @@ COMMAND_MODULES = (
     "portable._commands.demo",
     "portable._commands.cost",
 )
-
-_COPY_CHUNK = 8 * 1024 * 1024
-
-
-def _bucket(args: argparse.Namespace) -> Bucket:
-    return open_bucket(args.bucket, profile=args.profile)
-
-
-def split_object_url(text: str, default_bucket: str | None) -> tuple[str | None, str]:
-    """Split ``BUCKET-URL::KEY`` into (bucket URL, key); a bare KEY uses ``default_bucket``."""
-    if "::" in text:
-        bucket, _, key = text.rpartition("::")
-        return bucket, key
-    return default_bucket, text
-
-
-def _cmd_ls(args: argparse.Namespace) -> int:
-    bucket = _bucket(args)
-    delimiter = None if args.recursive else "/"
-    for entry in bucket.list(args.prefix, delimiter=delimiter):
-        if entry.is_prefix:
-            print(f"{'PRE':>12}  {entry.key}")
-        else:
-            when = entry.modified.strftime("%Y-%m-%d %H:%M:%S") if entry.modified else "-"
-            print(f"{entry.size:>12}  {when}  {entry.key}")
-    return 0
-
-
-def _cmd_cat(args: argparse.Namespace) -> int:
-    bucket = _bucket(args)
-    with bucket.open(args.key, "rb") as stream:
-        while chunk := stream.read(_COPY_CHUNK):
-            sys.stdout.buffer.write(chunk)
-    sys.stdout.buffer.flush()
-    return 0
-
-
-def _cmd_put(args: argparse.Namespace) -> int:
-    bucket = _bucket(args)
-    source: IO[bytes] = sys.stdin.buffer if args.file in (None, "-") else open(args.file, "rb")  # noqa: SIM115
-    try:
-        with bucket.open(
-            args.key,
-            "wb",
-            content_type=args.content_type,
-            if_none_match="*" if args.if_none_match else None,
-            part_size=max(bucket.capabilities.min_part_bytes, _COPY_CHUNK),
-        ) as out:
-            while chunk := source.read(_COPY_CHUNK):
-                out.write(chunk)
-    finally:
-        if source is not sys.stdin.buffer:
-            source.close()
-    print(f"wrote {args.key}", file=sys.stderr)
-    return 0
-
-
-def _cmd_rm(args: argparse.Namespace) -> int:
-    bucket = _bucket(args)
-    bucket.delete_many(args.keys)
-    return 0
-
-
-class _Progress:
-    """A one-line progress bar on stderr, shown only for large copies on a terminal."""
-
-    def __init__(self, total: int, label: str, stream: IO[str] = sys.stderr) -> None:
-        self.total = total
-        self.label = label
-        self.stream = stream
-        self.done = 0
-        self.started = time.monotonic()
-        self.shown = stream.isatty() and total >= 16 * 1024 * 1024
-        self._last = 0.0
-
-    def advance(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.shown and (now - self._last > 0.2 or self.done >= self.total):
-            self._last = now
-            frac = self.done / self.total if self.total else 1.0
-            rate = self.done / max(now - self.started, 1e-6) / 1e6
-            bar = "#" * int(frac * 30)
-            self.stream.write(f"\r{self.label} [{bar:<30}] {frac:6.1%} {rate:7.1f} MB/s")
-            self.stream.flush()
-
-    def finish(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-
-
-def _cmd_cp(args: argparse.Namespace) -> int:
-    src_url, src_key = split_object_url(args.src, args.bucket)
-    dst_url, dst_key = split_object_url(args.dst, args.bucket)
-    src = open_bucket(src_url, profile=args.profile)
-    dst = src if dst_url == src_url else open_bucket(dst_url, profile=args.profile)
-    if dst is src:
-        src.copy(src_key, dst_key)
-        return 0
-    info = src.head(src_key)
-    progress = _Progress(info.size, f"{src_key} -> {dst_key}")
-    with src.open(src_key, "rb") as inp, dst.open(
-        dst_key,
-        "wb",
-        content_type=info.content_type,
-        part_size=max(dst.capabilities.min_part_bytes, _COPY_CHUNK),
-    ) as out:
-        while chunk := inp.read(_COPY_CHUNK):
-            out.write(chunk)
-            progress.advance(len(chunk))
-    progress.finish()
-    return 0
-
 
 def _cmd_config_show(args: argparse.Namespace) -> int:
     print(json.dumps(load_profile(args.profile).shown(), indent=2))
@@ -204,31 +104,17 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="portable", description="Portable storage, queues and jobs.")
+    parser = argparse.ArgumentParser(
+        prog="portable",
+        description="Portable storage, queues and jobs. Storage commands take URLs (s3://bucket/key, gs://, "
+        "az://, ./path, file://, mem://) or keys on the profile's bucket.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--profile", help="profile name (default: $PORTABLE_PROFILE or 'default')")
+    parser.add_argument("--debug", action="store_true", help="on an error, print the provider's detail and the traceback")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no summaries and no progress bars")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def storage_cmd(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--bucket", help="bucket URL (default: the profile's storage)")
-        p.set_defaults(func=func)
-        return p
-
-    p = storage_cmd("ls", "list objects", _cmd_ls)
-    p.add_argument("prefix", nargs="?", default="")
-    p.add_argument("-r", "--recursive", action="store_true", help="list every key, not one level")
-    p = storage_cmd("cat", "write an object to stdout", _cmd_cat)
-    p.add_argument("key")
-    p = storage_cmd("put", "store a file (or stdin) as an object", _cmd_put)
-    p.add_argument("key")
-    p.add_argument("file", nargs="?", help="file to upload; '-' or none reads stdin")
-    p.add_argument("--content-type")
-    p.add_argument("--if-none-match", action="store_true", help="fail if the key exists")
-    p = storage_cmd("rm", "delete objects", _cmd_rm)
-    p.add_argument("keys", nargs="+")
-    p = storage_cmd("cp", "copy an object, streaming between any two buckets", _cmd_cp)
-    p.add_argument("src", help="KEY on --bucket, or BUCKET-URL::KEY")
-    p.add_argument("dst", help="KEY on --bucket, or BUCKET-URL::KEY")
 
     config = sub.add_parser("config", help="show the resolved configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
@@ -248,19 +134,69 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _scheme_of_args(args: argparse.Namespace) -> str:
+    """The scheme of the first URL the command was given, for errors that do not name their provider."""
+    for name in ("url", "src", "dst", "urls", "bucket"):
+        value = getattr(args, name, None)
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str) and "://" in text:
+                return text.partition("://")[0].lower()
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; return its exit code."""
+    """Run the command; return its exit code (0 success, 1 a portable error or a failed object, 2 bad usage).
+
+    Run as the program (``argv`` None: the console script, ``python -m portable``), a
+    storage command ends the process itself once its output is flushed and the
+    ``atexit`` handlers ran (:func:`_end_process`); with ``argv`` given it returns.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    code = _run(args)
+    if argv is None and getattr(args, "ends_process", False):
+        _end_process(code)
+    return code
+
+
+def _end_process(code: int) -> None:
+    """Flush, run the atexit handlers, and leave without the interpreter's teardown.
+
+    The obstore engine's Rust runtime sometimes aborts (SIGABRT/SIGBUS, about one
+    run in twenty here) while the interpreter tears down after a command that
+    succeeded, turning exit code 0 into 134. Every thread a storage command
+    started has been joined by now, and the atexit handlers (telemetry export,
+    logging) still run; only the teardown is skipped.
+    """
+    import atexit
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
+def _run(args: argparse.Namespace) -> int:
+    debug = bool(getattr(args, "debug", False))
     try:
         code: int = args.func(args)
+    except UsageError as exc:
+        print(f"portable {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except errors.PortableError as exc:
-        print(f"portable: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(error_line(exc, scheme=_scheme_of_args(args), debug=debug), file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        print(error_line(exc, debug=debug), file=sys.stderr)
+        return 1
     return code
 
 

@@ -34,9 +34,9 @@ have them, else the destination not older than the source), ``"size"``, or
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
-from ..driver.storage import check_key
+from ..driver.storage import ObjectInfo, check_key
 from ..errors import InvalidArgument
 from ..storage import DEFAULT_PART_SIZE, Bucket, open_bucket
 from ._engine import DEFAULT_CONCURRENCY, Checksum, check_plan, merged, run_transfer
@@ -52,6 +52,7 @@ from ._report import (
 __all__ = [
     "Checksum",
     "ChecksumMismatch",
+    "KeyFilter",
     "ObjectResult",
     "Progress",
     "ProgressCallback",
@@ -81,9 +82,29 @@ def _key_list(keys: object) -> list[str]:
     return out
 
 
+#: Decides, from a key relative to the transfer's prefix, whether the transfer looks at it at all.
+KeyFilter = Callable[[str], bool]
+
+Item = tuple[str, ObjectInfo | None, ObjectInfo | None]
+
+
+def _filtered(items: Iterable[Item], key_filter: KeyFilter, prefix: str) -> Iterator[Item]:
+    """The items whose key (relative to ``prefix``) ``key_filter`` keeps: the others are neither copied nor deleted."""
+    cut = len(prefix)
+    for item in items:
+        kept = key_filter(item[0][cut:])
+        if type(kept) is not bool:
+            raise InvalidArgument(
+                f"key_filter must return True or False, got {kept!r} for key {item[0][cut:]!r}"
+            )
+        if kept:
+            yield item
+
+
 def _run(
     src: Bucket | str, dst: Bucket | str, *, keys: object, prefix: str, delete: bool, dry_run: bool,
     checksum: object, verify: object, concurrency: object, part_size: object, progress: ProgressCallback | None,
+    key_filter: KeyFilter | None,
 ) -> TransferReport:
     if type(prefix) is not str:
         raise InvalidArgument(f"prefix must be a str, got {type(prefix).__name__}")
@@ -93,6 +114,9 @@ def _run(
         raise InvalidArgument("source and destination are the same Bucket")
     if progress is not None and not callable(progress):
         raise InvalidArgument("progress must be a callable taking a Progress, or None")
+    if key_filter is not None and not callable(key_filter):
+        raise InvalidArgument(f"key_filter must be a callable taking a key and returning a bool, or None, "
+                              f"got {type(key_filter).__name__}")
     wanted = None if keys is None else _key_list(keys)
     if wanted is not None and prefix:
         raise InvalidArgument("give keys= or prefix=, not both (keys are full keys of the source)")
@@ -105,13 +129,15 @@ def _run(
         if close_dst:
             opened.append(target)
         plan = check_plan(checksum, verify, dry_run, part_size, concurrency, target)
+        items: Iterable[Item]
         if wanted is not None:
             items = ((key, None, None) for key in wanted)
-            return run_transfer(source, target, items, looked_up=False, delete=False, plan=plan, progress=progress)
-        return run_transfer(
-            source, target, merged(source, target, prefix), looked_up=True, delete=delete, plan=plan,
-            progress=progress,
-        )
+        else:
+            items = merged(source, target, prefix)
+        if key_filter is not None:
+            items = _filtered(items, key_filter, prefix)
+        return run_transfer(source, target, items, looked_up=wanted is None, delete=delete and wanted is None,
+                            plan=plan, progress=progress)
     finally:
         for bucket in opened:
             bucket.close()
@@ -129,6 +155,7 @@ def copy(
     dry_run: bool = False,
     part_size: int = DEFAULT_PART_SIZE,
     progress: ProgressCallback | None = None,
+    key_filter: KeyFilter | None = None,
 ) -> TransferReport:
     """Copy objects from ``src`` to ``dst`` (same keys), skipping those ``dst`` already holds.
 
@@ -150,6 +177,10 @@ def copy(
             ``min_part_bytes``. Defaults to 8 MiB.
         progress: called with a :class:`Progress` for every chunk copied and
             every object finished; never concurrently (so it need not lock).
+        key_filter: called with each key relative to ``prefix`` (the whole
+            key with ``keys=``); a key it returns False for is left alone (not
+            copied, not reported). It must return a bool (else
+            InvalidArgument). The CLI's ``--include``/``--exclude`` build one.
 
     Returns:
         A :class:`TransferReport`: per-object results (copied, skipped, failed
@@ -161,7 +192,8 @@ def copy(
             was decided); per-object errors are in the report instead.
     """
     return _run(src, dst, keys=keys, prefix=prefix, delete=False, dry_run=dry_run, checksum=checksum,
-                verify=verify, concurrency=concurrency, part_size=part_size, progress=progress)
+                verify=verify, concurrency=concurrency, part_size=part_size, progress=progress,
+                key_filter=key_filter)
 
 
 def sync(
@@ -176,13 +208,16 @@ def sync(
     concurrency: int = DEFAULT_CONCURRENCY,
     part_size: int = DEFAULT_PART_SIZE,
     progress: ProgressCallback | None = None,
+    key_filter: KeyFilter | None = None,
 ) -> TransferReport:
     """Make ``dst`` hold what ``src`` holds under ``prefix``: copy what is missing or different.
 
     Both listings are walked side by side (a page each at a time). With
     ``delete=True``, keys under ``prefix`` that only ``dst`` has are deleted
     after every copy is done, and only if none failed (else they are kept and
-    reported as skipped, saying why). Other arguments as for :func:`copy`.
+    reported as skipped, saying why). ``key_filter`` applies to both sides:
+    a key it drops is neither copied nor, with ``delete=True``, deleted from
+    ``dst``. Other arguments as for :func:`copy`.
 
     Raises:
         InvalidArgument: bad arguments, before any request.
@@ -191,4 +226,5 @@ def sync(
     if type(delete) is not bool:
         raise InvalidArgument(f"delete must be True or False, got {delete!r}")
     return _run(src, dst, keys=None, prefix=prefix, delete=delete, dry_run=dry_run, checksum=checksum,
-                verify=verify, concurrency=concurrency, part_size=part_size, progress=progress)
+                verify=verify, concurrency=concurrency, part_size=part_size, progress=progress,
+                key_filter=key_filter)

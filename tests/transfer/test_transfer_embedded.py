@@ -221,3 +221,35 @@ def test_memory_stays_bounded_whatever_the_object_size(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert report.copied == 1 and report.results[0].verified == "read-back"
     assert peak < 24 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB for a 64 MiB object"
+
+
+def test_key_filter_sees_keys_relative_to_the_prefix_on_both_sides(src: Bucket, dst: Bucket) -> None:
+    src.put("d/keep.txt", b"1")
+    src.put("d/skip.log", b"2")
+    src.put("d/sub/keep2.txt", b"3")
+    dst.put("d/only-dst.log", b"old")    # filtered out: sync(delete=True) must not delete it
+    dst.put("d/only-dst.txt", b"old")    # kept by the filter and only in dst: deleted
+    seen: list[str] = []
+
+    def txt(key: str) -> bool:
+        seen.append(key)
+        return key.endswith(".txt")
+
+    report = sync(src, dst, prefix="d/", delete=True, key_filter=txt)
+    assert report.failures() == []
+    assert {r.key: r.status for r in report.results} == {
+        "d/keep.txt": "copied", "d/sub/keep2.txt": "copied", "d/only-dst.txt": "deleted"}
+    assert sorted(i.key for i in dst.list("d/")) == ["d/keep.txt", "d/only-dst.log", "d/sub/keep2.txt"]
+    assert "skip.log" in seen and "only-dst.log" in seen and not any(k.startswith("d/") for k in seen)
+    # copy with keys=: the filter sees the whole key
+    again = copy(src, dst, keys=["d/skip.log", "d/keep.txt"], key_filter=lambda k: k == "d/skip.log")
+    assert [(r.key, r.status) for r in again.results] == [("d/skip.log", "copied")]
+
+
+def test_key_filter_must_be_a_callable_returning_a_bool(src: Bucket, dst: Bucket) -> None:
+    src.put("a", b"1")
+    with pytest.raises(InvalidArgument, match="key_filter must be a callable"):
+        sync(src, dst, key_filter="*.txt")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="key_filter must return True or False"):
+        sync(src, dst, key_filter=lambda k: "yes")  # type: ignore[arg-type,return-value]
+    assert list(dst.list()) == []
