@@ -112,7 +112,7 @@ class Output:
         except ModuleNotFoundError as exc:
             if exc.name != "rich":
                 raise
-            self.note("portable: no progress bar: it needs rich (pip install 'portable-cloud[cli]')")
+            self.note("portable: no progress bar: it needs rich (pip install 'rich>=13'; portable-cloud depends on it)")
             yield None
             return
         try:

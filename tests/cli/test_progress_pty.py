@@ -80,5 +80,5 @@ def test_without_rich_the_copy_says_why_there_is_no_bar_and_still_succeeds(tmp_p
     env = {"PYTHONPATH": f"{shadow}:{clean_env(tmp_path)['PYTHONPATH']}"}
     code, _stdout, screen = _on_a_terminal(tmp_path, ["cp", "-r", "./src", "./dst"], env)
     assert code == 0, screen
-    assert "no progress bar: it needs rich (pip install 'portable-cloud[cli]')" in screen
+    assert "no progress bar: it needs rich (pip install 'rich>=13'; portable-cloud depends on it)" in screen
     assert "copied 1 object, 2.0 KiB in " in screen
