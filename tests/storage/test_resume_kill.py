@@ -209,7 +209,7 @@ def test_a_killed_upload_resumes_from_the_parts_the_provider_kept(
 
 
 def test_abort_incomplete_clears_an_abandoned_upload(case: tuple[str, int, int, dict[str, str]], tmp_path: Path) -> None:
-    url, _size, lag, env = case
+    url, _size, _lag, env = case
     source = tmp_path / "source.bin"
     make_source(source, 4 * PART, seed=7)
     kill_after(url, "abandoned.bin", source, 3, env)
