@@ -361,7 +361,9 @@ class AsyncStreamOperations:
         stream is the sync driver's, run in the bounded pool. The writer's
         ``resumed_from`` is where to continue.
         """
-        resuming = check_resume_request(resume, source, if_none_match, if_match, self._caps, self.provider)
+        resuming = check_resume_request(
+            resume, source, if_none_match, if_match, self._caps, self.provider, self._driver.resume_limitation
+        )
         if resuming and mode != "wb":
             raise InvalidArgument(f"resume=True is for mode 'wb', not {mode!r}")
         if open_read_request(

@@ -300,6 +300,9 @@ class StorageDriver(Classifier, abc.ABC):
     #: (``{"test_key_and_prefix_coexist": "..."}``); ``portable contract`` and
     #: the adapters' test subclasses mark them as expected failures.
     known_differences: Mapping[str, str] = {}
+    #: Why this driver cannot resume streamed writes (``capabilities.resumable_writes`` False):
+    #: the Bucket puts it in the Unsupported error of ``open(..., resume=True)``.
+    resume_limitation: str = "its driver keeps no upload that a later process could find and continue"
 
     # -- whole objects -------------------------------------------------
     @abc.abstractmethod

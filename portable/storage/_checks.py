@@ -167,6 +167,7 @@ def check_resume_request(
     if_match: str | None,
     caps: StorageCapabilities,
     provider: str,
+    limitation: str = "",
 ) -> bool:
     """Return whether a streamed write resumes, after checking ``resume`` and ``source`` (both faces).
 
@@ -184,8 +185,9 @@ def check_resume_request(
         return False
     if not caps.resumable_writes:
         raise Unsupported(
-            f"{provider}:// cannot resume a streamed write (capabilities.resumable_writes is False): its "
-            "driver has no upload a later process could find and continue; write without resume=True",
+            f"{provider}:// cannot resume a streamed write (capabilities.resumable_writes is False): "
+            f"{limitation or 'its driver keeps no upload that a later process could find and continue'}; "
+            "write without resume=True",
             provider=provider,
         )
     if if_none_match is not None or if_match is not None:

@@ -473,7 +473,9 @@ class StreamOperations(BucketState):
                 ``capabilities.resumable_writes``, or with a condition.
             InvalidArgument: a malformed ``resume`` or ``source``.
         """
-        resuming = check_resume_request(resume, source, if_none_match, if_match, self._caps, self.provider)
+        resuming = check_resume_request(
+            resume, source, if_none_match, if_match, self._caps, self.provider, self._driver.resume_limitation
+        )
         if resuming and mode != "wb":
             from ..errors import InvalidArgument
 
