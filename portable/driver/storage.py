@@ -255,8 +255,10 @@ class ResumableWriteStream(WriteStream):
     contiguous from offset 0 and in order (empty for a fresh upload). The
     Bucket checks them against the caller's source, calls :meth:`keep` with
     how many to keep, and then calls :meth:`write` with the bytes that follow
-    them. Every :meth:`write` must be persisted when it returns (no part held
-    back), so a process killed after it loses nothing of it. As for every
+    them. Each :meth:`write` should be persisted when it returns, so a process
+    killed after it loses nothing of it; a provider that must hold bytes back
+    (a GCS session keeps its last part for the request that carries the total
+    size) holds at most one part, and reports only what it holds. As for every
     stream, nothing is visible under the key before :meth:`commit`, and
     :meth:`abort` removes every part (those of the earlier process too).
     """

@@ -238,12 +238,14 @@ class _SignedS3:
     obstore has no ListMultipartUploads or AbortMultipartUpload for an upload
     it did not start, and its attribute parser sends a metadata entry named
     like a header (``cache-control``) as that header: those requests go
-    through this class. The credentials are the store's: its credential
+    through this class, and so does every request of a resumable upload
+    (:mod:`portable_obstore._s3_resume`), which obstore's writer cannot continue. The credentials are the store's: its credential
     provider, else ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
     ``AWS_SESSION_TOKEN``, else boto3's chain (instance roles, web identity,
     SSO) where boto3 is installed. No retries here either: only
     :mod:`portable.resilience` retries. One connection per request, and no
-    proxy: these requests are rare (cleanup, header-named metadata).
+    proxy: these requests are rare (cleanup, header-named metadata) or large (a resumable
+    upload's parts, one request per part).
     """
 
     def __init__(self, driver: ObstoreS3Storage, base_url: str, region: str, timeout: float, sign_payload: bool) -> None:
