@@ -9,7 +9,9 @@ chunks (with their MD5s, so a source check is exact). The session is not
 asked what it holds (``Content-Range: bytes */*``): fake-gcs-server answers
 that query by finishing the upload, which would make a partial object
 visible; a chunk that overlaps bytes GCS holds already is answered with what
-it holds, and the overlap is dropped. A session that is gone fails the first
+it holds, and the overlap is dropped (a kill between GCS confirming a chunk
+and the record being written leaves such an overlap; fake-gcs-server stores
+an overlapping chunk twice, so there that instant gives a wrong object). A session that is gone fails the first
 write with NotFound, and its record is removed, so the next attempt starts afresh. A local file, not an object in
 the bucket: it must not be listed, must not cost a request per chunk, and a
 session URI is a bearer credential for the upload, which belongs with the
