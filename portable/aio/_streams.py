@@ -24,16 +24,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Mapping
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import IO, Any, Generic, Literal, TypeVar, overload
 
 from ..driver.aio_storage import AsyncReadStream, AsyncStorageDriver, AsyncWriteStream
 from ..driver.storage import ObjectInfo, StorageCapabilities, StorageDriver
-from ..errors import NotFound, PortableError
+from ..driver.threads import run_blocking
+from ..errors import InvalidArgument, NotFound, PortableError
 from ..resilience import Guard
+from ..storage._checks import check_resume_request
 from ..storage._requests import open_read_request, open_write_request
-from ..storage._streams import DEFAULT_PART_SIZE, READ_CHUNK, WriteLedger
+from ..storage._streams import DEFAULT_PART_SIZE, READ_CHUNK, WriteLedger, resume_point
 
 __all__ = ["AsyncBucketReader", "AsyncBucketWriter", "AsyncStreamOperations", "Opener"]
 
@@ -131,20 +134,28 @@ class AsyncBucketWriter:
     whose reply was lost is settled by reading back what the store holds, as
     :class:`~portable.storage._streams.BucketWriter` does; a cancel during the
     commit leaves the whole object or none.
+
+    A resumable writer (``resume=True``) starts at :attr:`resumed_from` and, on
+    an error or a cancel, keeps its parts for a later resume instead of
+    aborting (nothing is visible either way); :meth:`abort` discards them.
     """
 
     def __init__(
         self, guard: Guard, key: str, stream: AsyncWriteStream, part_size: int,
         driver: StorageDriver, adriver: AsyncStorageDriver,
+        *, resumed_from: int = 0, prefix_digest: Any = None, resumable: bool = False,
     ) -> None:
         self._guard = guard
         self._key = key
         self._stream = stream
         self._driver = driver
         self._adriver = adriver
-        self._ledger = WriteLedger(part_size)
+        self._ledger = WriteLedger(part_size, resumed_from, prefix_digest)
         self._done = False
+        self._resumable = resumable
         self.etag: str | None = None
+        #: bytes of the object the provider held already when this writer opened (0 unless resumed)
+        self.resumed_from = resumed_from
 
     @property
     def closed(self) -> bool:
@@ -227,10 +238,18 @@ class AsyncBucketWriter:
         the caller must see: never turned into an error.
         """
         try:
-            await asyncio.shield(self.abort())
+            await asyncio.shield(self._suspend() if self._resumable else self.abort())
         except Exception:
             if isinstance(failure, Exception):
                 raise
+
+    async def _suspend(self) -> None:
+        """Give up a resumable write, keeping its parts for a later ``resume=True``."""
+        if self._done:
+            return
+        self._done = True
+        self._ledger.clear()
+        await self._stream.suspend()
 
     async def abort(self) -> None:
         """Discard what was written; nothing becomes visible."""
@@ -249,7 +268,7 @@ class AsyncBucketWriter:
         if exc is not None:
             await self._abort_after(exc)
         elif exc_type is not None:
-            await asyncio.shield(self.abort())
+            await asyncio.shield(self._suspend() if self._resumable else self.abort())
         else:
             await self.close()
 
@@ -310,6 +329,8 @@ class AsyncStreamOperations:
         cache_control: str | None = None,
         content_encoding: str | None = None,
         content_disposition: str | None = None,
+        resume: bool = False,
+        source: IO[bytes] | None = None,
     ) -> Opener[AsyncBucketWriter]: ...
     def open(
         self,
@@ -324,6 +345,8 @@ class AsyncStreamOperations:
         cache_control: str | None = None,
         content_encoding: str | None = None,
         content_disposition: str | None = None,
+        resume: bool = False,
+        source: IO[bytes] | None = None,
     ) -> Opener[AsyncBucketReader] | Opener[AsyncBucketWriter]:
         """Open a stream on the object; the arguments are :meth:`portable.storage.Bucket.open`'s.
 
@@ -332,7 +355,17 @@ class AsyncStreamOperations:
         when the writer is closed cleanly. An exception or a cancellation
         inside ``async with`` aborts the write. Arguments are checked here,
         before any request (InvalidKey, InvalidArgument, Unsupported).
+
+        ``resume=True`` (with an optional seekable ``source``) continues an
+        upload an earlier process left, as on the sync face; the resumable
+        stream is the sync driver's, run in the bounded pool. The writer's
+        ``resumed_from`` is where to continue.
         """
+        resuming = check_resume_request(
+            resume, source, if_none_match, if_match, self._caps, self.provider, self._driver.resume_limitation
+        )
+        if resuming and mode != "wb":
+            raise InvalidArgument(f"resume=True is for mode 'wb', not {mode!r}")
         if open_read_request(
             key, mode, self._max_key, content_type, metadata, if_none_match, if_match,
             cache_control, content_encoding, content_disposition,
@@ -343,6 +376,24 @@ class AsyncStreamOperations:
             cache_control, content_encoding, content_disposition,
         )
 
+        async def open_resumable() -> AsyncBucketWriter:
+            async def opened() -> Any:
+                return await run_blocking(self._driver.open_resumable, key, options, part_size)
+
+            raw = await self._guard.acall("write", f"open {key}", opened)
+            try:
+                start, digest = await run_blocking(resume_point, self._guard, key, raw, source)
+            except BaseException:
+                await run_blocking(raw.suspend)
+                raise
+            return AsyncBucketWriter(
+                self._guard, key, AsyncWriteStream(raw), part_size, self._driver, self._adriver,
+                resumed_from=start, prefix_digest=digest, resumable=True,
+            )
+
+        if resuming:
+            return Opener(open_resumable)
+
         async def open_write() -> AsyncBucketWriter:
             stream = await self._guard.acall(
                 "write", f"open {key}", self._adriver.open_write, key, options, part_size
@@ -350,6 +401,48 @@ class AsyncStreamOperations:
             return AsyncBucketWriter(self._guard, key, stream, part_size, self._driver, self._adriver)
 
         return Opener(open_write)
+
+    async def upload(
+        self,
+        key: str,
+        source: str | os.PathLike[str] | IO[bytes],
+        *,
+        resume: bool = False,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+        cache_control: str | None = None,
+        content_encoding: str | None = None,
+        content_disposition: str | None = None,
+    ) -> str | None:
+        """Stream a local file to ``key``; :meth:`portable.storage.Bucket.upload`'s arguments and promises.
+
+        The file is read in the bounded pool, one part at a time.
+        """
+        if isinstance(source, str | os.PathLike):
+            try:
+                fh: IO[bytes] = await run_blocking(open, source, "rb")
+            except FileNotFoundError:
+                raise NotFound(f"upload source {os.fspath(source)!r} does not exist") from None
+            try:
+                return await self.upload(
+                    key, fh, resume=resume, content_type=content_type, metadata=metadata, part_size=part_size,
+                    cache_control=cache_control, content_encoding=content_encoding,
+                    content_disposition=content_disposition,
+                )
+            finally:
+                await run_blocking(fh.close)
+        if not callable(getattr(source, "read", None)):
+            raise InvalidArgument(f"source must be a path or a binary file, got {type(source).__name__}")
+        writer = await self.open(
+            key, "wb", resume=resume, source=source if resume else None, content_type=content_type,
+            metadata=metadata, part_size=part_size, cache_control=cache_control,
+            content_encoding=content_encoding, content_disposition=content_disposition,
+        )
+        async with writer:
+            while chunk := await run_blocking(source.read, part_size):
+                await writer.write(chunk)
+        return writer.etag
 
     async def _open_read(self, key: str) -> AsyncBucketReader:
         inner = await self._guard.acall("read", f"open {key}", self._adriver.open_read, key)

@@ -130,6 +130,12 @@ class AsyncWriteStream:
     async def abort(self) -> None:
         await self._serial(self._raw.abort)
 
+    async def suspend(self) -> None:
+        """Keep a resumable stream's parts for a later resume (see ``ResumableWriteStream.suspend``);
+        abort any other stream."""
+        raw = self._raw
+        await self._serial(getattr(raw, "suspend", raw.abort))
+
 
 class AsyncStorageDriver:
     """Async face of one storage driver. The default runs the sync driver in the bounded pool.

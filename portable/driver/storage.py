@@ -45,6 +45,8 @@ __all__ = [
     "dot_segment",
     "ListPage",
     "ObjectInfo",
+    "PersistedPart",
+    "ResumableWriteStream",
     "StorageCapabilities",
     "StorageDriver",
     "WriteOptions",
@@ -181,6 +183,8 @@ class StorageCapabilities(Capabilities):
         max_object_bytes: the largest object, or None if unbounded.
         max_metadata_bytes: the largest total user metadata, or None.
         min_part_bytes: the smallest part of a multipart upload (not the last).
+        resumable_writes: ``open(key, "wb", resume=True)`` continues an upload that a
+            killed process started, from the parts the provider (or a local record) kept.
     """
 
     conditional_create: bool = True
@@ -193,6 +197,7 @@ class StorageCapabilities(Capabilities):
     max_object_bytes: int | None = None
     max_metadata_bytes: int | None = 2048
     min_part_bytes: int = 5 * 1024 * 1024
+    resumable_writes: bool = False
 
 
 class WriteStream(abc.ABC):
@@ -227,6 +232,57 @@ class WriteStream(abc.ABC):
         """Discard everything written. Must not raise if nothing was uploaded."""
 
 
+@dataclass(frozen=True, slots=True)
+class PersistedPart:
+    """A part of a resumable write that the provider already holds.
+
+    Attributes:
+        offset: where the part starts in the object.
+        size: its length in bytes.
+        md5: the MD5 of its bytes where the provider (or the driver's own record)
+            says it, else None: the Bucket then checks only sizes against a source.
+    """
+
+    offset: int
+    size: int
+    md5: bytes | None = None
+
+
+class ResumableWriteStream(WriteStream):
+    """A streamed write that continues one an earlier (perhaps killed) process began.
+
+    :attr:`persisted` lists the parts the provider already holds for the key,
+    contiguous from offset 0 and in order (empty for a fresh upload). The
+    Bucket checks them against the caller's source, calls :meth:`keep` with
+    how many to keep, and then calls :meth:`write` with the bytes that follow
+    them. Each :meth:`write` should be persisted when it returns, so a process
+    killed after it loses nothing of it; a provider that must hold bytes back
+    (a GCS session keeps its last part for the request that carries the total
+    size) holds at most one part, and reports only what it holds. As for every
+    stream, nothing is visible under the key before :meth:`commit`, and
+    :meth:`abort` removes every part (those of the earlier process too).
+    """
+
+    persisted: list[PersistedPart]
+
+    @abc.abstractmethod
+    def keep(self, count: int) -> None:
+        """Keep the first ``count`` persisted parts and continue after them, dropping the rest.
+
+        A provider that cannot drop a tail (a GCS session) starts a fresh upload
+        when ``count`` is less than ``len(persisted)``; either way :attr:`persisted`
+        says afterwards what is kept.
+        """
+
+    def suspend(self) -> None:
+        """Release local resources (files, sessions in memory), keeping every persisted part.
+
+        Called instead of :meth:`abort` when a resumable write fails or is
+        dropped: a later ``resume=True`` continues it, and ``abort_incomplete``
+        removes it if none does. The default does nothing.
+        """
+
+
 class StorageDriver(Classifier, abc.ABC):
     """Base class of storage drivers.
 
@@ -246,6 +302,9 @@ class StorageDriver(Classifier, abc.ABC):
     #: (``{"test_key_and_prefix_coexist": "..."}``); ``portable contract`` and
     #: the adapters' test subclasses mark them as expected failures.
     known_differences: Mapping[str, str] = {}
+    #: Why this driver cannot resume streamed writes (``capabilities.resumable_writes`` False):
+    #: the Bucket puts it in the Unsupported error of ``open(..., resume=True)``.
+    resume_limitation: str = "its driver keeps no upload that a later process could find and continue"
 
     # -- whole objects -------------------------------------------------
     @abc.abstractmethod
@@ -285,6 +344,19 @@ class StorageDriver(Classifier, abc.ABC):
     @abc.abstractmethod
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
         """Start a streamed write of parts of about ``part_size`` bytes."""
+
+    def open_resumable(self, key: str, options: WriteOptions, part_size: int) -> ResumableWriteStream:
+        """Start, or find and continue, a resumable streamed write of ``key``.
+
+        A driver finds the upload an earlier writer of ``key`` left (the newest
+        one, where several are in flight) and reports its parts in
+        ``persisted``; else it starts a fresh one. ``options`` carries no
+        condition (the Bucket refuses those with ``resume=True``). Where the
+        earlier upload already fixed the content type, metadata or headers (S3,
+        GCS), that upload's are kept. The default raises Unsupported: a driver
+        that declares ``capabilities.resumable_writes`` overrides it.
+        """
+        raise Unsupported(f"{self.scheme}:// cannot resume streamed writes", provider=self.scheme)
 
     # -- listing -------------------------------------------------------
     @abc.abstractmethod

@@ -74,6 +74,15 @@ Leftovers:
     it never removes an object, and a temporary file is older than the age
     only if its writer wrote nothing to it for that long.
 
+Resumable writes:
+    ``open(key, "wb", resume=True)`` writes a temporary file whose name is
+    fixed by the key (``.portable-tmp-R<7 hex of its SHA-256>-<name>``), each
+    part flushed as it is written; a later writer of the key reopens it and
+    continues after its last whole byte. Parts are reported in ``part_size``
+    slices of that file with their MD5 (read back here). Two resumable
+    writers of one key at once share the file: do not. ``abort_incomplete``
+    removes it like any temporary file.
+
 As:
     ``pathlib.Path``: the root folder.
 """
@@ -84,6 +93,7 @@ import contextlib
 import datetime as dt
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import secrets
@@ -97,6 +107,8 @@ from typing import IO, BinaryIO
 from ..driver.storage import (
     ListPage,
     ObjectInfo,
+    PersistedPart,
+    ResumableWriteStream,
     StorageCapabilities,
     StorageDriver,
     WriteOptions,
@@ -157,6 +169,13 @@ def _temp_name(name: str) -> str:
     return f"{_TEMP_FILE_PREFIX}{secrets.token_hex(_TEMP_RANDOM_CHARS // 2)}{mark}{raw.decode('utf-8', 'surrogateescape')}"
 
 
+def _resume_name(name: str) -> str:
+    """The temporary file of a resumable write of the object file ``name``: the same for every writer
+    of it, and never one of :func:`_temp_name`'s (``R`` is not a hex digit)."""
+    tag = "R" + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[: _TEMP_RANDOM_CHARS - 1]
+    return _TEMP_FILE_PREFIX + tag + _temp_name(name)[_TEMP_HEAD:]
+
+
 def _name_in_temp(temp: str) -> tuple[str, bool]:
     """The object name a temporary file was for, and whether it is whole (False: cut, or unknown)."""
     rest = temp[_TEMP_HEAD:]
@@ -171,7 +190,9 @@ class FileStorage(StorageDriver):
     """Objects as files under a root folder."""
 
     scheme = "file"
-    capabilities = StorageCapabilities(signed_urls=False, min_part_bytes=1, max_metadata_bytes=8192)
+    capabilities = StorageCapabilities(
+        signed_urls=False, min_part_bytes=1, max_metadata_bytes=8192, resumable_writes=True
+    )
     known_differences = {
         "test_key_and_prefix_coexist": "a file system path cannot be both a file and a folder",
     }
@@ -513,6 +534,17 @@ class FileStorage(StorageDriver):
         dir_fd, temp, fd = self._temp_file(key)
         return _FileWrite(self, key, options, dir_fd, temp, fd)
 
+    def open_resumable(self, key: str, options: WriteOptions, part_size: int) -> ResumableWriteStream:
+        folders, name = self._split(key)
+        dir_fd = self._open_folder(folders, True, key)
+        temp = _resume_name(name)
+        try:
+            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        except BaseException:
+            os.close(dir_fd)
+            raise
+        return _ResumableFileWrite(self, key, options, dir_fd, temp, fd, part_size)
+
     # -- listing ------------------------------------------------------------
     def list_page(
         self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
@@ -688,6 +720,43 @@ class _FileWrite(WriteStream):
         if not self._spent:
             with contextlib.suppress(Exception):
                 self.abort()
+
+
+class _ResumableFileWrite(_FileWrite, ResumableWriteStream):
+    """A streamed write into the key's own temporary file (:func:`_resume_name`), which outlives the
+    writer: a later one reopens it, keeps the head the Bucket checked, and appends after it."""
+
+    def __init__(
+        self, driver: FileStorage, key: str, options: WriteOptions, dir_fd: int, temp: str, fd: int, part_size: int
+    ) -> None:
+        super().__init__(driver, key, options, dir_fd, temp, fd)
+        self._fh.seek(0, os.SEEK_END)
+        size = self._fh.tell()
+        self.persisted = []
+        for offset in range(0, size, part_size):
+            data = os.pread(fd, min(part_size, size - offset), offset)
+            self.persisted.append(PersistedPart(offset, len(data), hashlib.md5(data, usedforsecurity=False).digest()))
+
+    def keep(self, count: int) -> None:
+        del self.persisted[count:]
+        end = sum(part.size for part in self.persisted)
+        self._fh.truncate(end)
+        self._fh.seek(end)
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        self._fh.flush()  # in the file before write() returns: a killed process loses none of it
+
+    def suspend(self) -> None:
+        if self._spent:
+            return
+        self._spent = True
+        self._fh.close()
+        os.close(self._dir_fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.suspend()
 
 
 class _StreamSpent(RuntimeError):

@@ -9,8 +9,9 @@ Options: none.
 
 As: nothing.
 
-Capabilities: everything but signed URLs. Objects live in memory and vanish
-with the process. Content type, the ``cache_control``, ``content_encoding``
+Capabilities: everything but signed URLs and resumable writes. Objects live
+in memory and vanish with the process, so ``open(key, "wb", resume=True)``
+raises Unsupported: there is no later process for a resume to serve. Content type, the ``cache_control``, ``content_encoding``
 and ``content_disposition`` headers and user metadata are kept as given and
 returned by ``head``.
 
@@ -130,6 +131,7 @@ class MemoryStorage(StorageDriver):
     #: every call is a dict operation under a lock held for microseconds: the async face awaits it
     #: inline instead of through the thread pool (portable.driver.aio_storage)
     never_blocks = True
+    resume_limitation = "mem:// objects and uploads end with the process, so no later process could resume one"
 
     def __init__(self, name: str = "") -> None:
         self.endpoint = f"mem://{name}"

@@ -158,3 +158,51 @@ def check_header_value(name: str, value: object) -> str:
         )
     return value
 
+
+
+def check_resume_request(
+    resume: object,
+    source: object,
+    if_none_match: str | None,
+    if_match: str | None,
+    caps: StorageCapabilities,
+    provider: str,
+    limitation: str = "",
+) -> bool:
+    """Return whether a streamed write resumes, after checking ``resume`` and ``source`` (both faces).
+
+    Raises:
+        InvalidArgument: ``resume`` is not a bool; ``source`` is given without
+            ``resume=True``, or is not a readable, seekable binary file.
+        Unsupported: ``provider`` cannot resume a write (see
+            ``capabilities.resumable_writes``), or a condition is asked for with it.
+    """
+    if type(resume) is not bool:
+        raise InvalidArgument(f"resume must be True or False, got {resume!r}")
+    if not resume:
+        if source is not None:
+            raise InvalidArgument("source= is the file a resumed write continues from: pass it with resume=True")
+        return False
+    if not caps.resumable_writes:
+        raise Unsupported(
+            f"{provider}:// cannot resume a streamed write (capabilities.resumable_writes is False): "
+            f"{limitation or 'its driver keeps no upload that a later process could find and continue'}; "
+            "write without resume=True",
+            provider=provider,
+        )
+    if if_none_match is not None or if_match is not None:
+        raise Unsupported(
+            "resume=True does not take if_none_match / if_match: a resumed upload's condition would be "
+            "checked only at its last commit, long after the parts went up; check with head() first, "
+            "or write without resume",
+            provider=provider,
+        )
+    if source is not None:
+        for need in ("read", "seek", "seekable"):
+            if not callable(getattr(source, need, None)):
+                raise InvalidArgument(
+                    f"source must be a readable, seekable binary file (open(path, 'rb')), got {type(source).__name__}"
+                )
+        if not source.seekable():  # type: ignore[attr-defined]
+            raise InvalidArgument("source must be seekable: the resumed write seeks it past the parts already uploaded")
+    return True

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import IO, Any, Literal, TypeVar, overload
 
-from ..driver.storage import ObjectInfo, StorageDriver, WriteStream
+from ..driver.storage import ObjectInfo, ResumableWriteStream, StorageDriver, WriteStream
 from ..errors import ErrorCode, NotFound, PortableError
 from ..resilience import Guard
-from ._checks import checked_bytes
+from ._checks import check_resume_request, checked_bytes
 from ._requests import open_read_request, open_write_request
 from ._state import BucketState
 
@@ -45,11 +46,13 @@ class WriteLedger:
 
     __slots__ = ("_buffer", "_digest", "_part_size", "commit_tried", "written")
 
-    def __init__(self, part_size: int) -> None:
+    def __init__(self, part_size: int, start: int = 0, prefix_digest: Any = None) -> None:
         self._part_size = part_size
         self._buffer = bytearray()
-        self._digest = hashlib.sha256()
-        self.written = 0
+        #: None for a resumed write whose first ``start`` bytes were not seen here (no source
+        #: given): its own object cannot be recognised by content then
+        self._digest: Any = hashlib.sha256() if start == 0 else prefix_digest
+        self.written = start
         #: a commit attempt failed: any later failure is checked too
         self.commit_tried = False
 
@@ -58,7 +61,8 @@ class WriteLedger:
         chunk = checked_bytes(data)
         self._buffer += chunk
         self.written += len(chunk)
-        self._digest.update(chunk)
+        if self._digest is not None:
+            self._digest.update(chunk)
         parts: list[bytes] = []
         size = self._part_size
         while len(self._buffer) >= size:
@@ -87,7 +91,7 @@ class WriteLedger:
 
     def is_mine(self, info: ObjectInfo, digest: bytes | None) -> bool:
         """Whether the stored object ``info`` (with SHA-256 ``digest``) holds exactly the bytes streamed."""
-        return info.size == self.written and digest == self._digest.digest()
+        return info.size == self.written and self._digest is not None and digest == self._digest.digest()
 
     def unknown(self, guard: Guard, key: str, commit_error: Exception, check_error: PortableError) -> PortableError:
         """The error of a commit whose outcome could not be read back: not retryable, saying so."""
@@ -118,17 +122,36 @@ class BucketWriter(io.RawIOBase):
     outcome is unknown. "Its own bytes" means the same content: another
     writer that stored exactly the same bytes meanwhile cannot be told apart
     (use ``put(..., idempotency_key=...)`` where that matters).
+
+    A resumable writer (``open(key, "wb", resume=True)``) starts at
+    :attr:`resumed_from`, the bytes the provider already holds (``tell()``
+    says the same before the first write): the caller writes its source from
+    there. When it fails or is dropped it keeps its parts for a later resume
+    instead of aborting (nothing is visible either way); :meth:`abort`
+    discards them, and so does ``Bucket.abort_incomplete`` once they are old.
     """
 
-    def __init__(self, guard: Guard, key: str, stream: WriteStream, part_size: int, driver: StorageDriver) -> None:
+    def __init__(
+        self,
+        guard: Guard,
+        key: str,
+        stream: WriteStream,
+        part_size: int,
+        driver: StorageDriver,
+        *,
+        resumed_from: int = 0,
+        prefix_digest: Any = None,
+    ) -> None:
         super().__init__()
         self._guard = guard
         self._key = key
         self._stream = stream
         self._driver = driver
-        self._ledger = WriteLedger(part_size)
+        self._ledger = WriteLedger(part_size, resumed_from, prefix_digest)
         self._done = False
         self.etag: str | None = None
+        #: bytes of the object the provider held already when this writer opened (0 unless resumed)
+        self.resumed_from = resumed_from
 
     def writable(self) -> bool:
         return True
@@ -144,13 +167,33 @@ class BucketWriter(io.RawIOBase):
     def tell(self) -> int:
         return self._ledger.written
 
+    @property
+    def resumable(self) -> bool:
+        """Whether this writer keeps its parts on failure for a later ``resume=True``."""
+        return isinstance(self._stream, ResumableWriteStream)
+
     def _call_or_abort(self, what: str, fn: Callable[..., R], *args: Any) -> R:
-        """Run a stream call under the write policy; any failure aborts the whole write."""
+        """Run a stream call under the write policy; any failure aborts the whole write
+        (suspends it, keeping its parts, when it is resumable)."""
         try:
             return self._guard.call("write", f"{what} {self._key}", fn, *args)
         except BaseException:
-            self.abort()
+            self._give_up()
             raise
+
+    def _give_up(self) -> None:
+        """After a failure: abort, or keep the parts of a resumable write for a later resume."""
+        if not isinstance(self._stream, ResumableWriteStream):
+            self.abort()
+            return
+        if self._done:
+            return
+        self._done = True
+        self._ledger.clear()
+        try:
+            self._stream.suspend()
+        finally:
+            super().close()
 
     def close(self) -> None:
         """Commit the object (with its conditions). Idempotent."""
@@ -201,7 +244,7 @@ class BucketWriter(io.RawIOBase):
         return digest.digest()
 
     def abort(self) -> None:
-        """Discard what was written; nothing becomes visible."""
+        """Discard what was written (for a resumed write, the earlier parts too); nothing becomes visible."""
         if self._done:
             return
         self._done = True
@@ -213,7 +256,7 @@ class BucketWriter(io.RawIOBase):
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc_type is not None:
-            self.abort()
+            self._give_up()
         else:
             self.close()
 
@@ -221,9 +264,78 @@ class BucketWriter(io.RawIOBase):
         # Garbage-collected without close(): never commit a possibly truncated object.
         if not self._done:
             try:
-                self.abort()
+                self._give_up()
             except Exception:
                 pass  # best effort in a finaliser: the object was never visible
+
+
+def resume_point(guard: Guard, key: str, stream: ResumableWriteStream, source: IO[bytes] | None) -> tuple[int, Any]:
+    """Settle where a resumable write continues: check the parts held against ``source``, keep the
+    longest head that matches, and return its length and the SHA-256 of its bytes (None without a
+    source). ``source`` is left at that offset.
+
+    A part matches when the source has all its bytes and, where the part's MD5 is known, the
+    same MD5: a source that changed since the earlier attempt is uploaded again from the first
+    part that differs, so a changed source never yields a mixed object.
+    """
+    parts = list(stream.persisted)
+    if source is None:
+        guard.call("write", f"resume {key}", stream.keep, len(parts))
+        return sum(p.size for p in stream.persisted), None
+    digest = hashlib.sha256()
+    heads = [digest.copy()]
+    for part in parts:
+        source.seek(part.offset)
+        md5 = hashlib.md5(usedforsecurity=False)
+        left = part.size
+        while left:
+            chunk = source.read(min(left, READ_CHUNK))
+            if not chunk:
+                break
+            left -= len(chunk)
+            md5.update(chunk)
+            digest.update(chunk)
+        if left or (part.md5 is not None and md5.digest() != part.md5):
+            break
+        heads.append(digest.copy())
+    guard.call("write", f"resume {key}", stream.keep, len(heads) - 1)
+    kept = stream.persisted
+    start = sum(p.size for p in kept)
+    source.seek(start)
+    return start, heads[len(kept)]
+
+
+def upload_file(
+    bucket: StreamOperations,
+    key: str,
+    source: str | os.PathLike[str] | IO[bytes],
+    *,
+    resume: bool,
+    **options: Any,
+) -> str | None:
+    """``Bucket.upload``: open ``source`` if it is a path, stream it through ``open(key, "wb")``."""
+    if isinstance(source, str | os.PathLike):
+        try:
+            fh: IO[bytes] = open(source, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            raise NotFound(f"upload source {os.fspath(source)!r} does not exist") from None
+        with fh:
+            return upload_file(bucket, key, fh, resume=resume, **options)
+    writer: BucketWriter
+    if resume:
+        writer = bucket.open(key, "wb", resume=True, source=source, **options)  # type: ignore[assignment]
+    else:
+        check_resume_request(False, None, None, None, bucket._caps, bucket.provider)
+        if not callable(getattr(source, "read", None)):
+            from ..errors import InvalidArgument
+
+            raise InvalidArgument(f"source must be a path or a binary file, got {type(source).__name__}")
+        writer = bucket.open(key, "wb", **options)  # type: ignore[assignment]
+    with writer:
+        size = int(options.get("part_size") or DEFAULT_PART_SIZE)
+        while chunk := source.read(size):
+            writer.write(chunk)
+    return writer.etag
 
 
 class BucketReader(io.RawIOBase):
@@ -308,6 +420,8 @@ class StreamOperations(BucketState):
         cache_control: str | None = None,
         content_encoding: str | None = None,
         content_disposition: str | None = None,
+        resume: bool = False,
+        source: IO[bytes] | None = None,
     ) -> IO[bytes]: ...
     def open(
         self,
@@ -322,6 +436,8 @@ class StreamOperations(BucketState):
         cache_control: str | None = None,
         content_encoding: str | None = None,
         content_disposition: str | None = None,
+        resume: bool = False,
+        source: IO[bytes] | None = None,
     ) -> IO[bytes]:
         """Open a stream on the object.
 
@@ -341,7 +457,29 @@ class StreamOperations(BucketState):
                 content_disposition: as for ``put`` (``"wb"`` only).
             part_size: bytes per part. Defaults to 8 MiB; at least the
                 provider's ``min_part_bytes``.
+            resume: ``"wb"`` only: continue the upload of ``key`` that an earlier
+                (perhaps killed) writer left, from the parts the provider holds
+                (see docs/storage.md, "Resumable uploads"). The writer's
+                ``resumed_from`` (and ``tell()``) is where to continue: seek the
+                source there, or pass ``source``. Without ``source`` the parts
+                are taken on trust. Defaults to False.
+            source: with ``resume=True``, the seekable file being uploaded: the
+                parts already held are checked against it (sizes, and MD5
+                where the provider keeps one), a tail that differs is uploaded
+                again, and ``source`` is left positioned at ``resumed_from``.
+
+        Raises:
+            Unsupported: ``resume=True`` on a provider without
+                ``capabilities.resumable_writes``, or with a condition.
+            InvalidArgument: a malformed ``resume`` or ``source``.
         """
+        resuming = check_resume_request(
+            resume, source, if_none_match, if_match, self._caps, self.provider, self._driver.resume_limitation
+        )
+        if resuming and mode != "wb":
+            from ..errors import InvalidArgument
+
+            raise InvalidArgument(f"resume=True is for mode 'wb', not {mode!r}")
         if open_read_request(
             key, mode, self._max_key, content_type, metadata, if_none_match, if_match,
             cache_control, content_encoding, content_disposition,
@@ -352,5 +490,45 @@ class StreamOperations(BucketState):
             part_size, self._caps, self.provider, content_type, metadata, if_none_match, if_match,
             cache_control, content_encoding, content_disposition,
         )
+        if resuming:
+            resumable = self._guard.call("write", f"open {key}", self._driver.open_resumable, key, options, part_size)
+            try:
+                start, digest = resume_point(self._guard, key, resumable, source)
+            except BaseException:
+                resumable.suspend()
+                raise
+            return BucketWriter(  # type: ignore[return-value]
+                self._guard, key, resumable, part_size, self._driver, resumed_from=start, prefix_digest=digest
+            )
         stream = self._guard.call("write", f"open {key}", self._driver.open_write, key, options, part_size)
         return BucketWriter(self._guard, key, stream, part_size, self._driver)  # type: ignore[return-value]
+
+    def upload(
+        self,
+        key: str,
+        source: str | os.PathLike[str] | IO[bytes],
+        *,
+        resume: bool = False,
+        content_type: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        part_size: int = DEFAULT_PART_SIZE,
+        cache_control: str | None = None,
+        content_encoding: str | None = None,
+        content_disposition: str | None = None,
+    ) -> str | None:
+        """Stream a local file (a path, or a seekable binary file) to ``key``; return the etag.
+
+        With ``resume=True`` an upload of ``key`` that an earlier process left
+        is continued: the parts already held are checked against ``source``
+        (sizes, and MD5 where the provider keeps one) and only the rest is
+        sent. Run the same call again after a crash. The options are ``open``'s.
+
+        Raises:
+            NotFound: ``source`` is a path that does not exist.
+            Unsupported / InvalidArgument: as for ``open(..., resume=True)``, before any request.
+        """
+        return upload_file(
+            self, key, source, resume=resume, content_type=content_type, metadata=metadata,
+            part_size=part_size, cache_control=cache_control, content_encoding=content_encoding,
+            content_disposition=content_disposition,
+        )

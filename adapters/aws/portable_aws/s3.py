@@ -49,7 +49,8 @@ Capabilities:
     conditional_create (``If-None-Match: *``), conditional_update
     (``If-Match``), conditional_streaming_write (the conditions are sent on
     CompleteMultipartUpload), signed_urls (SigV4 presigned GET and PUT, up to 7 days),
-    server_side_copy (CopyObject; UploadPartCopy above 5 GiB), multipart.
+    server_side_copy (CopyObject; UploadPartCopy above 5 GiB), multipart, resumable_writes
+    (ListMultipartUploads + ListParts find the upload again: :mod:`portable_aws._s3_resume`).
 
 Metadata and headers:
     Every metadata entry is user metadata (``x-amz-meta-<name>``), a
@@ -93,6 +94,7 @@ Known differences:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -103,7 +105,14 @@ from portable.driver.conditions import note_condition
 from portable.driver.http import normal_etag, range_header
 from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
 from portable.driver.naming import check_s3_bucket_name, parse_s3_url
-from portable.driver.storage import ListPage, ObjectInfo, StorageDriver, WriteOptions, WriteStream
+from portable.driver.storage import (
+    ListPage,
+    ObjectInfo,
+    ResumableWriteStream,
+    StorageDriver,
+    WriteOptions,
+    WriteStream,
+)
 from portable.errors import Internal
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
@@ -221,7 +230,7 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
         self.options = options or AWSOptions()
         self.endpoint = self.options.describe("s3")
         self.batch_concurrency = concurrency
-        self.capabilities = s3_capabilities(bucket, self.prefix)
+        self.capabilities = dataclasses.replace(s3_capabilities(bucket, self.prefix), resumable_writes=True)
         self._addressing_style = addressing_style or ("path" if self.options.endpoint_url else "auto")
         session_kwargs = {"profile": self.options.profile} if self.options.profile else {}
         self.fs = s3fs.S3FileSystem(
@@ -373,6 +382,12 @@ class S3Storage(_S3Batches, AWSClassifier, StorageDriver):
 
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
         return _S3Write(self, self._root + key, options, part_size)
+
+    def open_resumable(self, key: str, options: WriteOptions, part_size: int) -> ResumableWriteStream:
+        """A multipart upload that a later process finds and continues (:mod:`portable_aws._s3_resume`)."""
+        from ._s3_resume import S3ResumableWrite
+
+        return S3ResumableWrite(self, self._root + key, options, _write_kwargs(options))
 
     # -- listing ---------------------------------------------------------
     def list_page(

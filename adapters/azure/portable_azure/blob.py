@@ -93,7 +93,7 @@ Capabilities:
     a PUT through one must send ``x-ms-blob-type: BlockBlob``
     (``driver.signed_put_headers``). Server-side copy (Copy Blob; a pending
     copy is polled until it ends). Parts of at least 64 KiB, at most 50,000
-    per stream.
+    per stream. Resumable writes (:mod:`portable_azure._blob_resume`).
 
 Known differences:
     * A streamed write that another writer overtakes (its commit discards our
@@ -115,6 +115,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import datetime as dt
 import io
 import time
@@ -134,6 +135,7 @@ from portable.driver.naming import (
 from portable.driver.storage import (
     ListPage,
     ObjectInfo,
+    ResumableWriteStream,
     StorageDriver,
     WriteOptions,
     WriteStream,
@@ -287,7 +289,9 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
 
         check_container_or_queue_name(container, "container")
         prefix = check_prefix_segments(prefix)
-        self.capabilities = azure_blob_capabilities(prefix, signed_urls=auth.can_sign, max_object_bytes=None)
+        self.capabilities = dataclasses.replace(
+            azure_blob_capabilities(prefix, signed_urls=auth.can_sign, max_object_bytes=None), resumable_writes=True
+        )
         self.scheme = scheme
         self.container = container
         self.prefix = prefix
@@ -488,6 +492,13 @@ class BlobStorage(_BlobBatches, AzureClassifier, StorageDriver):
 
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
         return _BlockWrite(self, key, options)
+
+    def open_resumable(self, key: str, options: WriteOptions, part_size: int) -> ResumableWriteStream:
+        """Staged blocks whose ids carry index and MD5, found again by Get Block List
+        (:mod:`portable_azure._blob_resume`)."""
+        from ._blob_resume import BlobResumableWrite
+
+        return BlobResumableWrite(self, key, options)
 
     # -- listing -------------------------------------------------------------
     def list_page(

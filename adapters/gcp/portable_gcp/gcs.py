@@ -157,6 +157,8 @@ from portable.errors import (
 from portable.resilience import attempt_timeout
 from portable.urls import ParsedURL
 
+from ._gcs_resume import GCSResumeMixin, resumable
+
 __all__ = ["GCSStorage", "check_bucket_name"]
 
 T = TypeVar("T")
@@ -331,7 +333,7 @@ class _GCSBatches:
         yield from zip((dst for _, dst in pairs), self._gather(one, pairs), strict=True)
 
 
-class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
+class GCSStorage(GCSResumeMixin, _GCSBatches, GCSClassifier, StorageDriver):
     """A GCS bucket (optionally a prefix in it) through a retry-free gcsfs client."""
 
     scheme = "gs"
@@ -381,7 +383,7 @@ class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
         self._signer = self._signing_credentials(signing_key_file)
         self.batch_concurrency = concurrency
         self._bucket_q = quote(self.bucket, safe="")
-        self.capabilities = gcs_capabilities(prefix, signed_urls=self._signer is not None, min_part_bytes=CHUNK_UNIT)
+        self.capabilities = resumable(gcs_capabilities(prefix, signed_urls=self._signer is not None, min_part_bytes=CHUNK_UNIT))
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> GCSStorage:
@@ -594,14 +596,13 @@ class GCSStorage(_GCSBatches, GCSClassifier, StorageDriver):
         return self._run(self._alist, prefix, delimiter, start_after, page_size, token)
 
     def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
-        """Return ``[]``: this engine leaves nothing to remove that an API can list.
+        """Cancel the sessions of ``resume=True`` writes recorded on this machine (see
+        :mod:`portable_gcp._gcs_resume`); return their keys.
 
-        A killed streamed write leaves a resumable upload session, which holds
-        the chunks sent so far out of sight; GCS offers no call that lists
-        sessions, bills nothing visible for them, and expires each a week after
-        it began. Nothing else is ever written before a commit.
+        Other sessions (a killed plain streamed write's) cannot be listed: GCS has
+        no call for it, bills nothing visible, and expires each a week after it began.
         """
-        return []
+        return self._abort_recorded(prefix, older_than)
 
     # -- signed URLs, escape hatches ---------------------------------------------
     def signed_url(

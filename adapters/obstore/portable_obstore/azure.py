@@ -113,6 +113,10 @@ class ObstoreAzureStorage(ObstoreStorage):
     """A container (or a prefix in one) of an Azure storage account, on obstore's AzureStore."""
 
     scheme = "az"
+    resume_limitation = (
+        "obstore 0.12.1's Azure writer names its blocks itself and cannot list or commit blocks it did not "
+        "stage; use ?engine=fsspec (portable-cloud[azure]), which resumes from the uncommitted block list"
+    )
     #: headers a client must send with a PUT through a signed URL
     signed_put_headers: Mapping[str, str] = {"x-ms-blob-type": "BlockBlob"}
 

@@ -109,6 +109,10 @@ class ObstoreGCSStorage(ObstoreStorage):
     """A GCS bucket (optionally a prefix in it) on obstore's GCSStore."""
 
     scheme = "gs"
+    resume_limitation = (
+        "obstore 0.12.1 speaks GCS's XML API and keeps its multipart upload id to itself, so no later "
+        "process could find the upload; use ?engine=fsspec (the default), which records its resumable session"
+    )
     signed_put_headers: Mapping[str, str] = {}
 
     def __init__(

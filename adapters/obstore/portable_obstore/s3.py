@@ -51,7 +51,9 @@ Capabilities:
     conditional_create (``If-None-Match: *``, obstore ``PutMode`` create),
     conditional_update (``If-Match``, ``PutMode`` update), conditional
     streaming writes (see below), signed_urls (SigV4 via ``obstore.sign``),
-    server_side_copy (CopyObject), multipart (obstore's multipart writer).
+    server_side_copy (CopyObject), multipart (obstore's multipart writer),
+    resumable_writes (a multipart upload of requests signed here, found again by
+    ListMultipartUploads and ListParts: :mod:`portable_obstore._s3_resume`).
 
 Metadata and headers:
     Every metadata entry is user metadata (``x-amz-meta-<name>``), as on the
@@ -95,6 +97,7 @@ Known differences from the fsspec engine:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import hmac
@@ -112,7 +115,7 @@ from portable.driver.http import code_of_status, normal_etag
 from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
 from portable.driver.naming import check_s3_bucket_name, parse_s3_url
 from portable.driver.redaction import redact
-from portable.driver.storage import StorageDriver, WriteOptions
+from portable.driver.storage import ResumableWriteStream, StorageDriver, WriteOptions
 from portable.errors import ErrorCode, MissingDependency
 from portable.resilience import attempt_timeout, remaining
 from portable.urls import ParsedURL
@@ -126,6 +129,7 @@ from ._common import (
     header_like_names,
     run_on_loop,
 )
+from ._s3_resume import CompleteFailed, S3ResumableWrite
 
 __all__ = ["ObstoreS3Storage", "S3RequestFailed", "check_bucket_name", "sigv4_headers"]
 
@@ -234,12 +238,14 @@ class _SignedS3:
     obstore has no ListMultipartUploads or AbortMultipartUpload for an upload
     it did not start, and its attribute parser sends a metadata entry named
     like a header (``cache-control``) as that header: those requests go
-    through this class. The credentials are the store's: its credential
+    through this class, and so does every request of a resumable upload
+    (:mod:`portable_obstore._s3_resume`), which obstore's writer cannot continue. The credentials are the store's: its credential
     provider, else ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
     ``AWS_SESSION_TOKEN``, else boto3's chain (instance roles, web identity,
     SSO) where boto3 is installed. No retries here either: only
     :mod:`portable.resilience` retries. One connection per request, and no
-    proxy: these requests are rare (cleanup, header-named metadata).
+    proxy: these requests are rare (cleanup, header-named metadata) or large (a resumable
+    upload's parts, one request per part).
     """
 
     def __init__(self, driver: ObstoreS3Storage, base_url: str, region: str, timeout: float, sign_payload: bool) -> None:
@@ -447,7 +453,7 @@ class ObstoreS3Storage(ObstoreStorage):
             credential_provider=provider,
         )
         super().__init__(store, prefix, concurrency=concurrency)
-        self.capabilities = capabilities
+        self.capabilities = dataclasses.replace(capabilities, resumable_writes=True)
         signing_region = str(config.get("region") or "us-east-1")
         if "endpoint" in config:
             base = config["endpoint"] if config["virtual_hosted_style_request"] else f"{config['endpoint']}/{self.bucket}"
@@ -513,6 +519,11 @@ class ObstoreS3Storage(ObstoreStorage):
             return
         yield from super().put_many(items, options)
 
+    def open_resumable(self, key: str, options: WriteOptions, part_size: int) -> ResumableWriteStream:
+        """A multipart upload of signed requests that a later process finds and continues
+        (obstore's own writer cannot be resumed: see :mod:`portable_obstore._s3_resume`)."""
+        return S3ResumableWrite(self._signed, self._root + key, options)
+
     # -- leftovers -------------------------------------------------------
     def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
         """Abort the multipart uploads under ``prefix`` initiated more than ``older_than`` ago.
@@ -521,18 +532,26 @@ class ObstoreS3Storage(ObstoreStorage):
         (:class:`_SignedS3`). Returns ``key#upload-id`` per aborted upload, keys
         relative to the URL's prefix; one that is gone meanwhile is not reported.
         """
+        return [
+            f"{key[self._cut:]}#{upload_id}"
+            for key, upload_id in self._stale_uploads(prefix, older_than)
+            if self._signed.abort_upload(key, upload_id)
+        ]
+
+    def list_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
+        """The ``key#upload-id`` of each multipart upload :meth:`abort_incomplete` would abort now."""
+        return sorted(f"{key[self._cut:]}#{upload_id}" for key, upload_id in self._stale_uploads(prefix, older_than))
+
+    def _stale_uploads(self, prefix: str, older_than: dt.timedelta) -> list[tuple[str, str]]:
         cutoff = dt.datetime.now(dt.UTC) - older_than
-        stale = [
+        return [
             (key, upload_id)
             for key, upload_id, initiated in self._signed.multipart_uploads(self._root + prefix)
-            if initiated is not None and initiated < cutoff
-        ]
-        return [
-            f"{key[self._cut:]}#{upload_id}" for key, upload_id in stale if self._signed.abort_upload(key, upload_id)
+            if initiated is not None and initiated <= cutoff
         ]
 
     def code_of(self, exc: BaseException) -> ErrorCode:
-        if isinstance(exc, S3RequestFailed):
+        if isinstance(exc, S3RequestFailed | CompleteFailed):
             if exc.status == 412 or exc.code == "PreconditionFailed":
                 return refused_condition_code(exc)
             if exc.code == "NotImplemented" or exc.status == 501:
