@@ -137,7 +137,8 @@ def same_object(src: Bucket, dst: Bucket, s: ObjectInfo, d: ObjectInfo | None, c
     return False, "sha256 differs"
 
 
-def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) -> tuple[StreamDigest, int, str | None]:
+def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally,
+                  info: ObjectInfo | None = None) -> tuple[StreamDigest, int, str | None]:
     """Stream one object across, headers and metadata kept; return what was streamed, its size and the new etag.
 
     The destination becomes visible only when every byte is in: an error (or
@@ -146,7 +147,8 @@ def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) 
     Raises:
         PreconditionFailed: the source changed size while it was read (retryable).
     """
-    info = src.head(key)
+    if info is None:
+        info = src.head(key)
     digest = StreamDigest(plan.part_size)
     with src.open(key, "rb") as reader, dst.open(
         key,
@@ -170,6 +172,37 @@ def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) 
             )
     etag = getattr(writer, "etag", None)
     return digest, info.size, etag if isinstance(etag, str) else None
+
+
+def put_small(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) -> tuple[StreamDigest, int, str | None]:
+    """Copy one object of at most one part as a single ``get`` and an atomic ``put``; as :func:`stream_object`.
+
+    One part is what the streamed writer would have held anyway, so memory
+    stays within the same bound; it saves the stream's setup and, on engines
+    whose streamed commit returns no etag, the ``head`` verifying it.
+
+    Raises:
+        PreconditionFailed: the source changed size between its ``head`` and its ``get`` (retryable).
+    """
+    info = src.head(key)
+    if info.size > plan.part_size:  # it grew since it was listed: stream it
+        return stream_object(src, dst, key, plan, tally, info)
+    data = src.get(key)
+    if len(data) != info.size:
+        raise PreconditionFailed(
+            f"{key!r} changed while it was copied (head said {info.size} bytes, {len(data)} were read); "
+            "run the transfer again",
+            retryable=True,
+        )
+    digest = StreamDigest(plan.part_size)
+    digest.update(data)
+    etag = dst.put(
+        key, data, content_type=info.content_type, metadata=dict(info.metadata) or None,
+        cache_control=info.cache_control, content_encoding=info.content_encoding,
+        content_disposition=info.content_disposition,
+    )
+    tally.tick(key, len(data))
+    return digest, info.size, etag
 
 
 def verify_copy(dst: Bucket, key: str, digest: StreamDigest, etag: str | None) -> str:
@@ -219,7 +252,10 @@ def transfer_one(src: Bucket, dst: Bucket, key: str, s: ObjectInfo | None, d: Ob
             return ObjectResult(key, "skipped", size, reason)
         if plan.dry_run:
             return ObjectResult(key, "copied", size, reason)
-        digest, size, etag = stream_object(src, dst, key, plan, tally)
+        if s.size <= plan.part_size:
+            digest, size, etag = put_small(src, dst, key, plan, tally)
+        else:
+            digest, size, etag = stream_object(src, dst, key, plan, tally)
         if not plan.verify:
             return ObjectResult(key, "copied", size, reason)
         try:

@@ -120,7 +120,11 @@ def test_copy_named_keys_reports_a_missing_one_as_failed_with_not_found(src: Buc
 
 
 class CorruptingFile(FileStorage):
-    """A file driver whose streamed writes flip one bit of the first part: a store that corrupts."""
+    """A file driver whose writes (single puts, and the first part of streamed ones) flip one bit: a store
+    that corrupts."""
+
+    def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        return super().put(key, bytes([data[0] ^ 1]) + data[1:] if data else data, options)
 
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
         inner = super().open_write(key, options, part_size)
