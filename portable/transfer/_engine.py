@@ -13,10 +13,10 @@ import datetime as dt
 import hashlib
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Literal
+from typing import IO, Any, Literal, TypeVar
 
 from ..driver.storage import ObjectInfo
 from ..errors import InvalidArgument, NotFound, PortableError, PreconditionFailed
@@ -24,17 +24,28 @@ from ..storage import Bucket
 from ._digest import StreamDigest, same_md5_etag
 from ._report import ChecksumMismatch, ObjectResult, Progress, ProgressCallback, TransferReport
 
+R = TypeVar("R")
+
 #: How ``copy`` and ``sync`` decide that the destination already holds an object (see docs/transfer.md).
 Checksum = Literal["auto", "size", "full"]
 
 CHECKSUMS: tuple[str, ...] = ("auto", "size", "full")
 
-#: Bytes read from the source at once.
+#: Bytes read from the source at once (a read-back, a full comparison).
 READ_CHUNK = 1 << 20
+
+#: Bytes read at once from the source of a streamed copy (at most ``part_size``), one chunk read ahead.
+AHEAD_CHUNK = 8 << 20
 
 #: Times S3, GCS and Azure report are cut to the second: a destination written in the same
 #: second as its source may read as up to a second older.
 MODIFIED_SLACK = dt.timedelta(seconds=1)
+
+#: Times a failed step of one object (compare, copy, check) is run again when its error is retryable.
+RETRIES = 2
+
+#: Seconds before the first such retry (doubled for the next).
+RETRY_PAUSE = 0.5
 
 #: The default number of objects copied at once.
 DEFAULT_CONCURRENCY = 8
@@ -137,6 +148,24 @@ def same_object(src: Bucket, dst: Bucket, s: ObjectInfo, d: ObjectInfo | None, c
     return False, "sha256 differs"
 
 
+def read_ahead(reader: IO[bytes], size: int) -> Iterator[bytes]:
+    """The chunks of ``reader``, ``size`` bytes each, the next one read (on a thread) while this one is used.
+
+    One GET streams the whole object (a consistent version of it); reading
+    it ahead overlaps the download with the digest and the upload, at the
+    cost of one more chunk held.
+    """
+    with ThreadPoolExecutor(1, thread_name_prefix="portable-transfer-read") as ahead:
+        pending = ahead.submit(reader.read, size)
+        try:
+            while chunk := pending.result():
+                pending = ahead.submit(reader.read, size)
+                yield chunk
+        finally:
+            pending.cancel()
+            wait([pending])  # the reader is closed only once no read is running on it
+
+
 def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally,
                   info: ObjectInfo | None = None) -> tuple[StreamDigest, int, str | None]:
     """Stream one object across, headers and metadata kept; return what was streamed, its size and the new etag.
@@ -150,26 +179,33 @@ def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally,
     if info is None:
         info = src.head(key)
     digest = StreamDigest(plan.part_size)
-    with src.open(key, "rb") as reader, dst.open(
-        key,
-        "wb",
-        content_type=info.content_type,
-        metadata=dict(info.metadata) or None,
-        cache_control=info.cache_control,
-        content_encoding=info.content_encoding,
-        content_disposition=info.content_disposition,
-        part_size=plan.part_size,
-    ) as writer:
-        while chunk := reader.read(READ_CHUNK):
-            digest.update(chunk)
-            writer.write(chunk)
-            tally.tick(key, len(chunk))
-        if digest.size != info.size:
-            raise PreconditionFailed(
-                f"{key!r} changed while it was copied (head said {info.size} bytes, "
-                f"{digest.size} were read); run the transfer again",
-                retryable=True,
-            )
+    ticked = 0
+    try:
+        with src.open(key, "rb") as reader, dst.open(
+            key,
+            "wb",
+            content_type=info.content_type,
+            metadata=dict(info.metadata) or None,
+            cache_control=info.cache_control,
+            content_encoding=info.content_encoding,
+            content_disposition=info.content_disposition,
+            part_size=plan.part_size,
+        ) as writer:
+            for chunk in read_ahead(reader, min(plan.part_size, AHEAD_CHUNK)):
+                digest.update(chunk)
+                writer.write(chunk)
+                tally.tick(key, len(chunk))
+                ticked += len(chunk)
+            if digest.size != info.size:
+                raise PreconditionFailed(
+                    f"{key!r} changed while it was copied (head said {info.size} bytes, "
+                    f"{digest.size} were read); run the transfer again",
+                    retryable=True,
+                )
+    except BaseException:
+        if ticked:
+            tally.tick(key, -ticked)  # nothing was committed: progress must not count these bytes
+        raise
     etag = getattr(writer, "etag", None)
     return digest, info.size, etag if isinstance(etag, str) else None
 
@@ -224,14 +260,40 @@ def verify_copy(dst: Bucket, key: str, digest: StreamDigest, etag: str | None) -
         )
     if is_s3(dst) and digest.matches_etag(info.etag):
         return "md5 etag"
-    size, sha = stored_sha256(dst, key)
-    if size != digest.size or sha != digest.sha256():
+    stored = StreamDigest(digest.part_size)
+    with dst.open(key, "rb") as reader:
+        while chunk := reader.read(READ_CHUNK):
+            stored.update(chunk)
+    if stored.size != digest.size or stored.part_md5s() != digest.part_md5s():
+        bad = next((i for i, (a, b) in enumerate(zip(stored.part_md5s(), digest.part_md5s(), strict=False))
+                    if a != b), None)
+        where = f"part {bad + 1} of {digest.part_size} bytes differs" if bad is not None else "sizes differ"
         raise ChecksumMismatch(
-            f"{key!r}: the bytes read back from the destination differ from those copied "
-            f"(sha256 {sha.hex()[:16]}... != {digest.sha256().hex()[:16]}...)",
+            f"{key!r}: the bytes read back from the destination differ from those copied (md5 of {where})",
             provider=dst.provider,
         )
     return "read-back"
+
+
+def retried(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)``, run again (up to :data:`RETRIES` times, backing off) after a retryable PortableError.
+
+    The calls inside already run under the buckets' retry policies; this
+    retries a whole step: a streamed read cut part-way (which a stream cannot
+    resume), a copy whose upload failed (nothing was committed: the writer
+    aborts), a check whose read-back failed. A ChecksumMismatch is not retried
+    here (the bad copy is deleted and reported).
+    """
+    for attempt in range(RETRIES + 1):
+        try:
+            return fn(*args)
+        except ChecksumMismatch:
+            raise
+        except PortableError as exc:
+            if not exc.retryable or attempt == RETRIES:
+                raise
+            time.sleep(RETRY_PAUSE * 2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def transfer_one(src: Bucket, dst: Bucket, key: str, s: ObjectInfo | None, d: ObjectInfo | None,
@@ -247,19 +309,17 @@ def transfer_one(src: Bucket, dst: Bucket, key: str, s: ObjectInfo | None, d: Ob
             except NotFound:
                 d = None
         assert s is not None
-        same, reason = same_object(src, dst, s, d, plan.checksum)
+        same, reason = retried(same_object, src, dst, s, d, plan.checksum)
         if same:
             return ObjectResult(key, "skipped", size, reason)
         if plan.dry_run:
             return ObjectResult(key, "copied", size, reason)
-        if s.size <= plan.part_size:
-            digest, size, etag = put_small(src, dst, key, plan, tally)
-        else:
-            digest, size, etag = stream_object(src, dst, key, plan, tally)
+        copy_one = put_small if s.size <= plan.part_size else stream_object
+        digest, size, etag = retried(copy_one, src, dst, key, plan, tally)
         if not plan.verify:
             return ObjectResult(key, "copied", size, reason)
         try:
-            how = verify_copy(dst, key, digest, etag)
+            how = retried(verify_copy, dst, key, digest, etag)
         except ChecksumMismatch as bad:
             try:
                 dst.delete(key)  # a rerun must not take the bad copy for a good one

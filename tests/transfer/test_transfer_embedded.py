@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import time
 import uuid
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
 from portable.driver.storage import WriteOptions, WriteStream
 from portable.embedded.file import FileStorage
-from portable.errors import InvalidArgument, NotFound
+from portable.errors import InvalidArgument, NotFound, Unavailable
 from portable.storage import Bucket, open_bucket
 from portable.transfer import ChecksumMismatch, Progress, copy, sync
 
@@ -257,3 +259,52 @@ def test_key_filter_must_be_a_callable_returning_a_bool(src: Bucket, dst: Bucket
     with pytest.raises(InvalidArgument, match="key_filter must return True or False"):
         sync(src, dst, key_filter=lambda k: "yes")  # type: ignore[arg-type,return-value]
     assert list(dst.list()) == []
+
+
+class FlakyReads(FileStorage):
+    """A file driver whose first streamed read of each key fails after 4 KiB with a retryable error."""
+
+    failed: set[str]
+
+    def open_read(self, key: str) -> IO[bytes]:
+        inner = super().open_read(key)
+        if key in self.failed:
+            return inner
+        self.failed.add(key)
+
+        class Cut(io.RawIOBase):
+            given = 0
+
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buffer: Any) -> int:
+                if self.given >= 4096:  # a few bytes first: the copy is under way when it is cut
+                    raise Unavailable("connection reset by peer (a test's cut stream)")
+                data = inner.read(min(len(buffer), 4096 - self.given))
+                buffer[: len(data)] = data
+                self.given += len(data)
+                return len(data)
+
+            def close(self) -> None:
+                inner.close()
+                super().close()
+
+        return Cut()
+
+
+def test_a_read_cut_part_way_is_retried_and_progress_does_not_count_it_twice(tmp_path: Path) -> None:
+    flaky_src, flaky_dst = FlakyReads(tmp_path / "fs"), FlakyReads(tmp_path / "fd")
+    flaky_src.failed, flaky_dst.failed = set(), set()
+    src, dst = Bucket(flaky_src, url="file://fs"), Bucket(flaky_dst, url="file://fd")
+    data = {"big": body(1, 3 * 1024 * 1024 + 5), "small": body(2, 5000)}
+    for key, value in data.items():
+        src.put(key, value)
+    ticks: list[Progress] = []
+    report = copy(src, dst, part_size=1024 * 1024, progress=ticks.append)
+    assert report.failed == 0 and report.copied == 2, report.failures()
+    assert flaky_src.failed == {"big"}      # streamed (over one part): its read was cut once, then retried
+    assert flaky_dst.failed == {"big", "small"}  # each read-back (file:// keeps no checksum) cut once too
+    assert {r.verified for r in report.results} == {"read-back"}
+    assert ticks[-1].bytes_done == sum(map(len, data.values()))  # the cut stream's bytes were taken back
+    assert all(dst.get(k) == v for k, v in data.items())
