@@ -9,7 +9,7 @@ round, deleted after it). Each contestant is a process of its own, timed from st
 peak RSS read from ``/proc/PID/status`` (VmHWM):
 
 * ``portable sync``: ``python -c 'portable.transfer.sync(SRC_URL, DST_URL, concurrency=C)'`` on
-  each S3 engine (obstore, fsspec). It is the library call: the CLI ``portable sync`` is being
+  the obstore engine (``--engines obstore,fsspec`` adds fsspec). It is the library call: the CLI ``portable sync`` is being
   rewritten on another branch and will call the same function.
 * ``rclone sync``: rclone (pinned, built by bench/install-rclone.sh) with ``--transfers C
   --checkers C``, ``--metadata`` (so it too copies content type, headers and user metadata) and
@@ -119,10 +119,12 @@ def wipe(t: Any, prefix: str) -> None:
     bucket.close()
 
 
-def contestants(t: Any, rclone: str | None, env: dict[str, str]) -> dict[str, Callable[[str, str], list[str]]]:
+def contestants(t: Any, rclone: str | None, engines: list[str]) -> dict[str, Callable[[str, str], list[str]]]:
     q = f"endpoint_url={t.endpoint}&region={t.region}"
     out: dict[str, Callable[[str, str], list[str]]] = {}
     for engine, extra in (("obstore", "&sign_payload=false"), ("fsspec", "")):
+        if engine not in engines:
+            continue
         def portable_cmd(src: str, dst: str, engine: str = engine, extra: str = extra) -> list[str]:
             return [sys.executable, "-c", PORTABLE_CHILD, f"s3://{t.bucket}/{src}?engine={engine}{extra}&{q}",
                     f"s3://bench2/{dst}?engine={engine}{extra}&{q}", str(CONCURRENCY)]
@@ -183,6 +185,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--no-rclone", action="store_true", help="portable only (profiling)")
+    parser.add_argument("--engines", default="obstore", help="portable's S3 engines, comma-separated: obstore "
+                        "(default), fsspec (5-8x slower here: --quick --engines obstore,fsspec shows it)")
     args = parser.parse_args()
     small_n, large_n = (1000, 4) if args.quick else (10_000, 20)
     rounds = args.rounds or (2 if args.quick else 3)
@@ -209,7 +213,7 @@ def main() -> int:
         print(f"seeding {small_n} x 4 KiB and {large_n} x 64 MiB (load {load_start})", flush=True)
         seed(target, small_n, 4 * KIB, "small/")
         seed(target, large_n, 64 * MIB, "large/")
-        cmds = contestants(target, rclone, env)
+        cmds = contestants(target, rclone, args.engines.split(","))
         sections = {
             f"{small_n} x 4 KiB, bucket to bucket": measure(target, "small", "small/", small_n, 4 * KIB, rounds,
                                                              cmds, env),

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import IO, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..driver.storage import ObjectInfo
 from ..errors import InvalidArgument, NotFound, PortableError, PreconditionFailed
@@ -34,8 +34,11 @@ CHECKSUMS: tuple[str, ...] = ("auto", "size", "full")
 #: Bytes read from the source at once (a read-back, a full comparison).
 READ_CHUNK = 1 << 20
 
-#: Bytes read at once from the source of a streamed copy (at most ``part_size``), one chunk read ahead.
+#: Bytes fetched by one ranged GET of a streamed copy's source (at most ``part_size``).
 AHEAD_CHUNK = 8 << 20
+
+#: Ranged GETs of one streamed copy's source in flight at once (chunks held ahead of the upload).
+AHEAD_DEPTH = 2
 
 #: Times S3, GCS and Azure report are cut to the second: a destination written in the same
 #: second as its source may read as up to a second older.
@@ -148,22 +151,33 @@ def same_object(src: Bucket, dst: Bucket, s: ObjectInfo, d: ObjectInfo | None, c
     return False, "sha256 differs"
 
 
-def read_ahead(reader: IO[bytes], size: int) -> Iterator[bytes]:
-    """The chunks of ``reader``, ``size`` bytes each, the next one read (on a thread) while this one is used.
+def ranges_ahead(src: Bucket, key: str, size: int, chunk: int, depth: int) -> Iterator[bytes]:
+    """Bytes ``[0, size)`` of ``key``, in order, ``chunk`` at a time, ``depth`` ranged GETs in flight.
 
-    One GET streams the whole object (a consistent version of it); reading
-    it ahead overlaps the download with the digest and the upload, at the
-    cost of one more chunk held.
+    Ranged GETs run on their own threads while the caller hashes and uploads,
+    so downloading overlaps uploading; ``depth`` chunks are held at most.
+    Each GET is one request under the bucket's retry policy. The ranges may
+    come from different versions if the object is rewritten meanwhile: the
+    caller compares the etag before and after.
     """
-    with ThreadPoolExecutor(1, thread_name_prefix="portable-transfer-read") as ahead:
-        pending = ahead.submit(reader.read, size)
+    starts = iter(range(0, size, chunk))
+    with ThreadPoolExecutor(depth, thread_name_prefix="portable-transfer-read") as pool:
+        pending: list[Future[bytes]] = []
         try:
-            while chunk := pending.result():
-                pending = ahead.submit(reader.read, size)
-                yield chunk
+            for start in starts:
+                pending.append(pool.submit(src.get_range, key, start, min(size, start + chunk)))
+                if len(pending) == depth:
+                    break
+            while pending:
+                data = pending.pop(0).result()
+                for start in starts:  # one more in flight for each one taken
+                    pending.append(pool.submit(src.get_range, key, start, min(size, start + chunk)))
+                    break
+                yield data
         finally:
-            pending.cancel()
-            wait([pending])  # the reader is closed only once no read is running on it
+            for f in pending:
+                f.cancel()
+            wait(pending)
 
 
 def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally,
@@ -181,7 +195,7 @@ def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally,
     digest = StreamDigest(plan.part_size)
     ticked = 0
     try:
-        with src.open(key, "rb") as reader, dst.open(
+        with dst.open(
             key,
             "wb",
             content_type=info.content_type,
@@ -191,15 +205,17 @@ def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally,
             content_disposition=info.content_disposition,
             part_size=plan.part_size,
         ) as writer:
-            for chunk in read_ahead(reader, min(plan.part_size, AHEAD_CHUNK)):
+            for chunk in ranges_ahead(src, key, info.size, min(plan.part_size, AHEAD_CHUNK), AHEAD_DEPTH):
                 digest.update(chunk)
                 writer.write(chunk)
                 tally.tick(key, len(chunk))
                 ticked += len(chunk)
-            if digest.size != info.size:
+            after = src.head(key)  # the ranges are one version only if the object did not change meanwhile
+            if digest.size != info.size or after.size != info.size or after.etag != info.etag:
                 raise PreconditionFailed(
-                    f"{key!r} changed while it was copied (head said {info.size} bytes, "
-                    f"{digest.size} were read); run the transfer again",
+                    f"{key!r} changed while it was copied (head said {info.size} bytes, etag {info.etag}; "
+                    f"{digest.size} were read; now {after.size} bytes, etag {after.etag}); run the transfer "
+                    "again",
                     retryable=True,
                 )
     except BaseException:
