@@ -258,7 +258,7 @@ def versioned_s3(moto_server: Any, s3_place: Place) -> tuple[str, str]:
     return s3_place.template.replace(s3_place.template.split("/")[2], name, 1), name
 
 
-@pytest.mark.timeout(1500)  # 8 min on a 2-core machine at load 12, 15 min at load 20 (moto and Azurite are slow)
+@pytest.mark.timeout(1500)  # 6 min on a 2-core machine at load 16; 15 min at load 20-26 beside a benchmark
 def test_sync_killed_20_times_along_file_s3_azure_gcs(
     tmp_path: Path, moto_server: Any, s3_place: Place, az_place: Place, gs_place: Place,
     versioned_s3: tuple[str, str],
