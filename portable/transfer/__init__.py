@@ -14,15 +14,19 @@
 destination does not already hold; ``sync`` does the same for a whole prefix
 and, with ``delete=True``, removes what only the destination has. Each object:
 
-* streams (``Bucket.open`` "rb" into "wb"): memory per worker is one part
-  plus one 1 MiB chunk, whatever the object's size; ``concurrency`` objects
+* is read with one ``get`` and written with one atomic ``put`` when it fits
+  in one part (``part_size``); a larger one streams into ``Bucket.open(key,
+  "wb")`` from ranged GETs, two fetched ahead of the upload: memory per
+  worker is a few parts whatever the object's size; ``concurrency`` objects
   move at once;
 * keeps its content type, ``cache_control``, ``content_encoding``,
   ``content_disposition`` and user metadata, where the destination keeps them;
-* is verified end to end: SHA-256 and MD5 are computed while it streams and
-  compared with the destination's stored MD5 where the provider exposes one
-  (S3's etag), else with the bytes read back; a mismatch is a failed result
-  (:class:`ChecksumMismatch`) and the bad copy is deleted;
+* is verified end to end: the MD5 of every part is computed as it is copied
+  and compared with the destination's stored MD5 where the provider exposes
+  one (S3's etag), else with the bytes read back; a mismatch is a failed
+  result (:class:`ChecksumMismatch`) and the bad copy is deleted;
+* is tried again, step by step, after a retryable error (a cut stream, a
+  failed read-back), up to twice;
 * becomes visible only when complete: a transfer killed at any point leaves
   no partial object, and a rerun copies only what is missing or different.
 

@@ -46,50 +46,53 @@ def same_md5_etag(a: str | None, b: str | None) -> bool | None:
 
 
 class StreamDigest:
-    """SHA-256, MD5 and the per-part MD5s of a stream, fed chunk by chunk.
+    """The MD5 of every part of a stream (``part_size`` bytes each, the last shorter), fed chunk by chunk.
 
+    One hash pass per byte: the per-part MD5s are all S3's etag needs (a
+    single-part object's etag is its one part's MD5, a multipart one's
+    ``md5(part md5s)-n``), and a read-back is compared part by part.
     ``part_size`` must be the part size the writer uploads with, so that
-    :meth:`s3_etags` predicts the multipart etag too.
+    :meth:`s3_etags` predicts the multipart etag.
     """
 
-    __slots__ = ("_md5", "_part", "_part_fill", "_part_md5s", "_part_size", "_sha256", "size")
+    __slots__ = ("_part", "_part_fill", "_part_md5s", "part_size", "size")
 
     def __init__(self, part_size: int) -> None:
-        self._part_size = part_size
-        self._sha256 = hashlib.sha256()
-        self._md5 = hashlib.md5(usedforsecurity=False)
+        self.part_size = part_size
         self._part = hashlib.md5(usedforsecurity=False)
         self._part_fill = 0
         self._part_md5s: list[bytes] = []
         self.size = 0
 
-    def update(self, chunk: bytes) -> None:
+    def update(self, chunk: bytes | memoryview) -> None:
         """Take the next bytes of the stream."""
-        self._sha256.update(chunk)
-        self._md5.update(chunk)
         self.size += len(chunk)
         view = memoryview(chunk)
         while view:
-            take = min(len(view), self._part_size - self._part_fill)
-            self._part.update(view[:take])
+            take = min(len(view), self.part_size - self._part_fill)
+            self._part.update(view[:take] if take < len(view) else view)
             self._part_fill += take
             view = view[take:]
-            if self._part_fill == self._part_size:
+            if self._part_fill == self.part_size:
                 self._part_md5s.append(self._part.digest())
                 self._part = hashlib.md5(usedforsecurity=False)
                 self._part_fill = 0
 
-    def sha256(self) -> bytes:
-        """The SHA-256 of every byte taken."""
-        return self._sha256.digest()
-
-    def s3_etags(self) -> set[str]:
-        """The etags S3 may store for these bytes: the plain MD5 and the multipart form."""
+    def part_md5s(self) -> list[bytes]:
+        """The MD5 of each part taken (an empty stream is one empty part)."""
         parts = list(self._part_md5s)
         if self._part_fill or not parts:
             parts.append(self._part.digest())
+        return parts
+
+    def s3_etags(self) -> set[str]:
+        """The etags S3 may store for these bytes: the multipart form, and the plain MD5 of a single part."""
+        parts = self.part_md5s()
         multipart = hashlib.md5(b"".join(parts), usedforsecurity=False).hexdigest()
-        return {self._md5.hexdigest(), f"{multipart}-{len(parts)}"}
+        out = {f"{multipart}-{len(parts)}"}
+        if len(parts) == 1:
+            out.add(parts[0].hex())
+        return out
 
     def matches_etag(self, etag: str | None) -> bool:
         """Whether ``etag`` is an S3-form etag of exactly these bytes."""

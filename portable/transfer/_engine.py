@@ -13,10 +13,10 @@ import datetime as dt
 import hashlib
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from ..driver.storage import ObjectInfo
 from ..errors import InvalidArgument, NotFound, PortableError, PreconditionFailed
@@ -24,17 +24,31 @@ from ..storage import Bucket
 from ._digest import StreamDigest, same_md5_etag
 from ._report import ChecksumMismatch, ObjectResult, Progress, ProgressCallback, TransferReport
 
+R = TypeVar("R")
+
 #: How ``copy`` and ``sync`` decide that the destination already holds an object (see docs/transfer.md).
 Checksum = Literal["auto", "size", "full"]
 
 CHECKSUMS: tuple[str, ...] = ("auto", "size", "full")
 
-#: Bytes read from the source at once.
+#: Bytes read from the source at once (a read-back, a full comparison).
 READ_CHUNK = 1 << 20
+
+#: Bytes fetched by one ranged GET of a streamed copy's source (at most ``part_size``).
+AHEAD_CHUNK = 8 << 20
+
+#: Ranged GETs of one streamed copy's source in flight at once (chunks held ahead of the upload).
+AHEAD_DEPTH = 2
 
 #: Times S3, GCS and Azure report are cut to the second: a destination written in the same
 #: second as its source may read as up to a second older.
 MODIFIED_SLACK = dt.timedelta(seconds=1)
+
+#: Times a failed step of one object (compare, copy, check) is run again when its error is retryable.
+RETRIES = 2
+
+#: Seconds before the first such retry (doubled for the next).
+RETRY_PAUSE = 0.5
 
 #: The default number of objects copied at once.
 DEFAULT_CONCURRENCY = 8
@@ -137,7 +151,37 @@ def same_object(src: Bucket, dst: Bucket, s: ObjectInfo, d: ObjectInfo | None, c
     return False, "sha256 differs"
 
 
-def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) -> tuple[StreamDigest, int, str | None]:
+def ranges_ahead(src: Bucket, key: str, size: int, chunk: int, depth: int) -> Iterator[bytes]:
+    """Bytes ``[0, size)`` of ``key``, in order, ``chunk`` at a time, ``depth`` ranged GETs in flight.
+
+    Ranged GETs run on their own threads while the caller hashes and uploads,
+    so downloading overlaps uploading; ``depth`` chunks are held at most.
+    Each GET is one request under the bucket's retry policy. The ranges may
+    come from different versions if the object is rewritten meanwhile: the
+    caller compares the etag before and after.
+    """
+    starts = iter(range(0, size, chunk))
+    with ThreadPoolExecutor(depth, thread_name_prefix="portable-transfer-read") as pool:
+        pending: list[Future[bytes]] = []
+        try:
+            for start in starts:
+                pending.append(pool.submit(src.get_range, key, start, min(size, start + chunk)))
+                if len(pending) == depth:
+                    break
+            while pending:
+                data = pending.pop(0).result()
+                for start in starts:  # one more in flight for each one taken
+                    pending.append(pool.submit(src.get_range, key, start, min(size, start + chunk)))
+                    break
+                yield data
+        finally:
+            for f in pending:
+                f.cancel()
+            wait(pending)
+
+
+def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally,
+                  info: ObjectInfo | None = None) -> tuple[StreamDigest, int, str | None]:
     """Stream one object across, headers and metadata kept; return what was streamed, its size and the new etag.
 
     The destination becomes visible only when every byte is in: an error (or
@@ -146,30 +190,71 @@ def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) 
     Raises:
         PreconditionFailed: the source changed size while it was read (retryable).
     """
-    info = src.head(key)
+    if info is None:
+        info = src.head(key)
     digest = StreamDigest(plan.part_size)
-    with src.open(key, "rb") as reader, dst.open(
-        key,
-        "wb",
-        content_type=info.content_type,
-        metadata=dict(info.metadata) or None,
-        cache_control=info.cache_control,
-        content_encoding=info.content_encoding,
-        content_disposition=info.content_disposition,
-        part_size=plan.part_size,
-    ) as writer:
-        while chunk := reader.read(READ_CHUNK):
-            digest.update(chunk)
-            writer.write(chunk)
-            tally.tick(key, len(chunk))
-        if digest.size != info.size:
-            raise PreconditionFailed(
-                f"{key!r} changed while it was copied (head said {info.size} bytes, "
-                f"{digest.size} were read); run the transfer again",
-                retryable=True,
-            )
+    ticked = 0
+    try:
+        with dst.open(
+            key,
+            "wb",
+            content_type=info.content_type,
+            metadata=dict(info.metadata) or None,
+            cache_control=info.cache_control,
+            content_encoding=info.content_encoding,
+            content_disposition=info.content_disposition,
+            part_size=plan.part_size,
+        ) as writer:
+            for chunk in ranges_ahead(src, key, info.size, min(plan.part_size, AHEAD_CHUNK), AHEAD_DEPTH):
+                digest.update(chunk)
+                writer.write(chunk)
+                tally.tick(key, len(chunk))
+                ticked += len(chunk)
+            after = src.head(key)  # the ranges are one version only if the object did not change meanwhile
+            if digest.size != info.size or after.size != info.size or after.etag != info.etag:
+                raise PreconditionFailed(
+                    f"{key!r} changed while it was copied (head said {info.size} bytes, etag {info.etag}; "
+                    f"{digest.size} were read; now {after.size} bytes, etag {after.etag}); run the transfer "
+                    "again",
+                    retryable=True,
+                )
+    except BaseException:
+        if ticked:
+            tally.tick(key, -ticked)  # nothing was committed: progress must not count these bytes
+        raise
     etag = getattr(writer, "etag", None)
     return digest, info.size, etag if isinstance(etag, str) else None
+
+
+def put_small(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally) -> tuple[StreamDigest, int, str | None]:
+    """Copy one object of at most one part as a single ``get`` and an atomic ``put``; as :func:`stream_object`.
+
+    One part is what the streamed writer would have held anyway, so memory
+    stays within the same bound; it saves the stream's setup and, on engines
+    whose streamed commit returns no etag, the ``head`` verifying it.
+
+    Raises:
+        PreconditionFailed: the source changed size between its ``head`` and its ``get`` (retryable).
+    """
+    info = src.head(key)
+    if info.size > plan.part_size:  # it grew since it was listed: stream it
+        return stream_object(src, dst, key, plan, tally, info)
+    data = src.get(key)
+    if len(data) != info.size:
+        raise PreconditionFailed(
+            f"{key!r} changed while it was copied (head said {info.size} bytes, {len(data)} were read); "
+            "run the transfer again",
+            retryable=True,
+        )
+    digest = StreamDigest(plan.part_size)
+    digest.update(data)
+    etag = dst.put(
+        key, data, content_type=info.content_type, metadata=dict(info.metadata) or None,
+        cache_control=info.cache_control, content_encoding=info.content_encoding,
+        content_disposition=info.content_disposition,
+    )
+    tally.tick(key, len(data))
+    return digest, info.size, etag
 
 
 def verify_copy(dst: Bucket, key: str, digest: StreamDigest, etag: str | None) -> str:
@@ -191,14 +276,40 @@ def verify_copy(dst: Bucket, key: str, digest: StreamDigest, etag: str | None) -
         )
     if is_s3(dst) and digest.matches_etag(info.etag):
         return "md5 etag"
-    size, sha = stored_sha256(dst, key)
-    if size != digest.size or sha != digest.sha256():
+    stored = StreamDigest(digest.part_size)
+    with dst.open(key, "rb") as reader:
+        while chunk := reader.read(READ_CHUNK):
+            stored.update(chunk)
+    if stored.size != digest.size or stored.part_md5s() != digest.part_md5s():
+        bad = next((i for i, (a, b) in enumerate(zip(stored.part_md5s(), digest.part_md5s(), strict=False))
+                    if a != b), None)
+        where = f"part {bad + 1} of {digest.part_size} bytes differs" if bad is not None else "sizes differ"
         raise ChecksumMismatch(
-            f"{key!r}: the bytes read back from the destination differ from those copied "
-            f"(sha256 {sha.hex()[:16]}... != {digest.sha256().hex()[:16]}...)",
+            f"{key!r}: the bytes read back from the destination differ from those copied (md5 of {where})",
             provider=dst.provider,
         )
     return "read-back"
+
+
+def retried(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)``, run again (up to :data:`RETRIES` times, backing off) after a retryable PortableError.
+
+    The calls inside already run under the buckets' retry policies; this
+    retries a whole step: a streamed read cut part-way (which a stream cannot
+    resume), a copy whose upload failed (nothing was committed: the writer
+    aborts), a check whose read-back failed. A ChecksumMismatch is not retried
+    here (the bad copy is deleted and reported).
+    """
+    for attempt in range(RETRIES + 1):
+        try:
+            return fn(*args)
+        except ChecksumMismatch:
+            raise
+        except PortableError as exc:
+            if not exc.retryable or attempt == RETRIES:
+                raise
+            time.sleep(RETRY_PAUSE * 2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def transfer_one(src: Bucket, dst: Bucket, key: str, s: ObjectInfo | None, d: ObjectInfo | None,
@@ -214,16 +325,17 @@ def transfer_one(src: Bucket, dst: Bucket, key: str, s: ObjectInfo | None, d: Ob
             except NotFound:
                 d = None
         assert s is not None
-        same, reason = same_object(src, dst, s, d, plan.checksum)
+        same, reason = retried(same_object, src, dst, s, d, plan.checksum)
         if same:
             return ObjectResult(key, "skipped", size, reason)
         if plan.dry_run:
             return ObjectResult(key, "copied", size, reason)
-        digest, size, etag = stream_object(src, dst, key, plan, tally)
+        copy_one = put_small if s.size <= plan.part_size else stream_object
+        digest, size, etag = retried(copy_one, src, dst, key, plan, tally)
         if not plan.verify:
             return ObjectResult(key, "copied", size, reason)
         try:
-            how = verify_copy(dst, key, digest, etag)
+            how = retried(verify_copy, dst, key, digest, etag)
         except ChecksumMismatch as bad:
             try:
                 dst.delete(key)  # a rerun must not take the bad copy for a good one

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import time
 import uuid
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
 from portable.driver.storage import WriteOptions, WriteStream
 from portable.embedded.file import FileStorage
-from portable.errors import InvalidArgument, NotFound
+from portable.errors import InvalidArgument, NotFound, Unavailable
 from portable.storage import Bucket, open_bucket
 from portable.transfer import ChecksumMismatch, Progress, copy, sync
 
@@ -120,7 +122,11 @@ def test_copy_named_keys_reports_a_missing_one_as_failed_with_not_found(src: Buc
 
 
 class CorruptingFile(FileStorage):
-    """A file driver whose streamed writes flip one bit of the first part: a store that corrupts."""
+    """A file driver whose writes (single puts, and the first part of streamed ones) flip one bit: a store
+    that corrupts."""
+
+    def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
+        return super().put(key, bytes([data[0] ^ 1]) + data[1:] if data else data, options)
 
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
         inner = super().open_write(key, options, part_size)
@@ -204,7 +210,8 @@ def test_the_same_bucket_on_both_sides_is_refused(src: Bucket) -> None:
 
 
 def test_memory_stays_bounded_whatever_the_object_size(tmp_path: Path) -> None:
-    """A 64 MiB object streams through parts of 4 MiB: the copy holds a few parts, never the object."""
+    """A 64 MiB object streams through parts of 4 MiB: the copy holds a few parts (two ranges fetched ahead,
+    the one being uploaded, the writer's part), never the object."""
     import tracemalloc
 
     src = open_bucket(f"file://{tmp_path / 'big-src'}")
@@ -220,7 +227,7 @@ def test_memory_stays_bounded_whatever_the_object_size(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert report.copied == 1 and report.results[0].verified == "read-back"
-    assert peak < 24 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB for a 64 MiB object"
+    assert peak < 32 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB for a 64 MiB object"
 
 
 def test_key_filter_sees_keys_relative_to_the_prefix_on_both_sides(src: Bucket, dst: Bucket) -> None:
@@ -253,3 +260,64 @@ def test_key_filter_must_be_a_callable_returning_a_bool(src: Bucket, dst: Bucket
     with pytest.raises(InvalidArgument, match="key_filter must return True or False"):
         sync(src, dst, key_filter=lambda k: "yes")  # type: ignore[arg-type,return-value]
     assert list(dst.list()) == []
+
+
+class FlakyReads(FileStorage):
+    """A file driver whose first streamed read of each key fails after 4 KiB, and whose first pass of ranged
+    reads over a key fails after its first range, with a retryable error."""
+
+    failed: set[str]
+    passes: dict[str, int]
+
+    def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        """In the first pass over a key (ranged reads from 0), every range after the first fails."""
+        if start == 0:
+            self.passes[key] = self.passes.get(key, 0) + 1
+        if start > 0 and self.passes[key] == 1:
+            self.failed.add(key)
+            raise Unavailable("connection reset by peer (a test's cut range)")
+        return super().get_range(key, start, end)
+
+    def open_read(self, key: str) -> IO[bytes]:
+        inner = super().open_read(key)
+        if key in self.failed:
+            return inner
+        self.failed.add(key)
+
+        class Cut(io.RawIOBase):
+            given = 0
+
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buffer: Any) -> int:
+                if self.given >= 4096:  # a few bytes first: the copy is under way when it is cut
+                    raise Unavailable("connection reset by peer (a test's cut stream)")
+                data = inner.read(min(len(buffer), 4096 - self.given))
+                buffer[: len(data)] = data
+                self.given += len(data)
+                return len(data)
+
+            def close(self) -> None:
+                inner.close()
+                super().close()
+
+        return Cut()
+
+
+def test_reads_cut_part_way_are_retried_and_progress_does_not_count_them_twice(tmp_path: Path) -> None:
+    flaky_src, flaky_dst = FlakyReads(tmp_path / "fs"), FlakyReads(tmp_path / "fd")
+    flaky_src.failed, flaky_dst.failed, flaky_src.passes, flaky_dst.passes = set(), set(), {}, {}
+    src, dst = Bucket(flaky_src, url="file://fs"), Bucket(flaky_dst, url="file://fd")
+    data = {"big": body(1, 3 * 1024 * 1024 + 5), "small": body(2, 5000)}
+    for key, value in data.items():
+        src.put(key, value)
+    ticks: list[Progress] = []
+    report = copy(src, dst, part_size=1024 * 1024, progress=ticks.append)
+    assert report.failed == 0 and report.copied == 2, report.failures()
+    assert flaky_src.failed == {"big"}      # streamed (over one part): its reads failed, then all were retried
+    assert flaky_src.passes == {"big": 2}
+    assert flaky_dst.failed == {"big", "small"}  # each read-back (file:// keeps no checksum) cut once too
+    assert {r.verified for r in report.results} == {"read-back"}
+    assert ticks[-1].bytes_done == sum(map(len, data.values()))  # the cut stream's bytes were taken back
+    assert all(dst.get(k) == v for k, v in data.items())
