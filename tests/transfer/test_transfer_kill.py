@@ -16,7 +16,7 @@ the destination. At the end of each pair:
   one version.
 
 The command is the only thing the test knows of the process it kills (it reads only its exit code),
-so the integrator can switch :data:`SYNC_COMMAND` to the CLI.
+which is ``portable sync`` (:data:`SYNC_COMMAND`).
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from .test_transfer_embedded import body
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: What is killed: run with ``SRC`` and ``DST`` filled in; exits 0 when every object is in place.
-#: The CLI's form: ``[sys.executable, "-m", "portable", "sync", "{src}", "{dst}"]``.
-SYNC_COMMAND = [sys.executable, "-m", "tests.transfer.sync_worker", "{src}", "{dst}"]
+#: What is killed: the ``portable sync`` command (the CLI, as a user runs it), with ``SRC`` and ``DST``
+#: filled in; it exits 0 when every object is in place. ``--quiet``: no summary line to read.
+SYNC_COMMAND = [sys.executable, "-m", "portable", "sync", "{src}", "{dst}", "--quiet"]
 
 N = 2000
 #: The kills of each pair of the chain (20 in all).
