@@ -212,9 +212,24 @@ class Settlement(LocalLeases):
             ORIGINAL_ID_HEADER: delivery.id,
             PUBLISHED_HEADER: str(int(delivery.publish_time.timestamp() * 1000)),
         }
-        self._republish(self.retry_topic, delivery, delivery._headers, extra)
+        placed = self._republish(self.retry_topic, delivery, delivery._headers, extra)
         self._settle_if_leased(handle, delivery)
+        self._note_not_before(self.retry_topic, placed, time.monotonic() + delay)
         self._commit_soon()
+
+    def _note_not_before(self, topic: str, placed: tuple[int, int] | None, when: float) -> None:
+        """Remember that the retry copy at ``placed`` (partition, offset) is not due before ``when``
+        here (see :meth:`LocalLeases._hold`); entries of copies another member took are dropped
+        once their time has passed."""
+        if placed is None:
+            return
+        with self._state:
+            notes = self._not_before
+            if len(notes) >= 1024:
+                now = time.monotonic()
+                for k in [k for k, t in notes.items() if t <= now]:
+                    del notes[k]
+            notes[(topic, *placed)] = when
 
     def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
         if self.dead_letter_topic is None:
@@ -258,13 +273,15 @@ class Settlement(LocalLeases):
 
     def _republish(
         self, topic: str, delivery: _Delivery, headers: tuple[tuple[str, bytes], ...], extra: dict[str, str]
-    ) -> None:
+    ) -> tuple[int, int] | None:
         """Send a copy of ``delivery``'s record to ``topic``: its value (a tombstone stays one), key
-        bytes and ``headers`` as they came, then ``extra`` as UTF-8 headers."""
+        bytes and ``headers`` as they came, then ``extra`` as UTF-8 headers; return the copy's
+        (partition, offset) once the broker has it."""
         future = self.producer().send(
             topic,
             value=None if delivery._tombstone else delivery._body,
             key=delivery._key_bytes,
             headers=[*headers, *to_headers(extra)],
         )
-        future.get(timeout=remaining(self._send_timeout))
+        meta = future.get(timeout=remaining(self._send_timeout))
+        return (meta.partition, meta.offset) if meta is not None and meta.offset >= 0 else None

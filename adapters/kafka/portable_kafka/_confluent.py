@@ -19,7 +19,6 @@ records are librdkafka's to drop and fetch again on resume.
 from __future__ import annotations
 
 import datetime as dt
-import heapq
 import logging
 import threading
 import time
@@ -278,9 +277,7 @@ class ConfluentSubscription(Rebalancing):
                     delivery = self._delivery_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
                     if delivery.due:
                         wall = epoch_ms() if wall is None else wall
-                        if delivery.due > wall:
-                            delivery.due = time.monotonic() + (delivery.due - wall) / 1000.0
-                            heapq.heappush(self._held, (delivery.due, next(self._tiebreak), delivery))
+                        if self._hold(delivery, wall):
                             continue
                     ready(delivery)
                     continue
@@ -378,20 +375,22 @@ class ConfluentSubscription(Rebalancing):
 
     def _republish(
         self, topic: str, delivery: _Delivery, headers: tuple[tuple[str, bytes], ...], extra: dict[str, str]
-    ) -> None:
+    ) -> tuple[int, int] | None:
         producer = self.producer()
         done = threading.Event()
         result: list[Any] = []
 
         def delivered(err: Any, msg: Any) -> None:
-            result.append(None if err is None else _explain(err, topic))
+            result.append((msg.partition(), msg.offset()) if err is None else _explain(err, topic))
             done.set()
 
         _produce(producer, topic, None if delivery._tombstone else delivery._body, delivery._key_bytes,
                  [*headers, *to_headers(extra)], delivered)  # fmt: skip
         _wait_for(producer, done, remaining(self._send_timeout), topic)
-        if result[0] is not None:
-            raise result[0]
+        got = result[0]
+        if isinstance(got, BaseException):
+            raise got
+        return got if got[1] >= 0 else None
 
     # -- the rest ---------------------------------------------------------------------------
     def stats(self) -> QueueStats:
