@@ -68,6 +68,8 @@ class Settlement(LocalLeases):
         self.dead_letter_topic = s.dead_letter_topic
         self._producer: Any = None  # of retry and dead-letter copies, made on first use
         self._last_commit = 0.0
+        #: tps revoked by an eager rebalance, kept until the next assignment (:class:`~._rebalance.Rebalancing`)
+        self._suspended: set[Any] = set()
         self._closed = False
         self._commit_timeout_ms = int(s.request_timeout * 1000)
         self._send_timeout = s.send_timeout
@@ -112,7 +114,9 @@ class Settlement(LocalLeases):
 
         offsets: dict[Any, Any] = {}
         with self._state:
-            for tp in self._progress if partitions is None else partitions:
+            if partitions is None:  # all but the suspended: this member does not own those now
+                partitions = [tp for tp in self._progress if tp not in self._suspended] if self._suspended else self._progress
+            for tp in partitions:
                 progress = self._progress.get(tp)
                 at = progress.to_commit() if progress is not None else None
                 if at is not None:

@@ -327,30 +327,27 @@ class ConfluentSubscription(Rebalancing):
 
     # -- rebalances (inside consume, in the receiving thread) ----------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        tps = self._ours(partitions)
-        with self._state:
-            rewind, self._rewind = self._rewind, {}
-            self._resume_on_return = set()  # librdkafka assigns a partition unpaused
-        self._track_assigned(tps)
-        again = {tp: rewind[tp] for tp in tps if tp in rewind}
-        if not again:
-            return
+        """librdkafka assigns every partition unpaused, from its committed offset unless told
+        otherwise: a kept partition reads on after its last fetched record, a forgotten one that
+        came back from its first unsettled offset."""
         from confluent_kafka import TopicPartition
 
-        listed = [TopicPartition(p.topic, p.partition, again.get(tp, p.offset)) for p, tp in zip(partitions, tps, strict=True)]
+        tps = self._ours(partitions)
+        rewind, kept, _unpause = self._start_assigned(tps)
+        with self._state:
+            self._paused.difference_update(tps)  # librdkafka assigns a partition unpaused
+            for tp in kept:
+                progress = self._progress.get(tp)
+                last = progress.last_fetched() if progress is not None else -1
+                if last >= 0:
+                    rewind.setdefault(tp, last + 1)
+        if not rewind:
+            return
+        listed = [TopicPartition(p.topic, p.partition, rewind.get(tp, p.offset)) for p, tp in zip(partitions, tps, strict=True)]
         if self.settings.assignor == "cooperative-sticky":
             consumer.incremental_assign(listed)
         else:
             consumer.assign(listed)
-
-    def _track_assigned(self, assigned: Iterable[Any]) -> None:
-        from ._progress import PartitionProgress
-
-        with self._state:
-            for tp in assigned:
-                if tp not in self._progress:
-                    self._progress[tp] = PartitionProgress(next(self._epochs))
-                self._paused.discard(tp)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         tps = self._ours(partitions)
@@ -360,7 +357,7 @@ class ConfluentSubscription(Rebalancing):
                 self._commit_now(offsets)
             except Exception as exc:  # the new owner will redeliver: at least once holds
                 log.warning("commit before giving up %s failed: %s", sorted(tps), exc)
-        self._forget_partitions(tps)
+        self._give_up(tps)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         self._forget_partitions(self._ours(partitions), lost=True)

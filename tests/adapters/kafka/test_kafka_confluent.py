@@ -258,3 +258,43 @@ def test_a_slow_nack_does_not_eat_into_its_delay(
         assert [x.id for x in again] == [mid] and again[0].delivery_attempt == 2
         assert time.monotonic() - returned >= delay * 0.95
         again[0].ack()
+
+
+@pytest.mark.parametrize("engine", ["confluent", "kafka-python"])
+def test_a_rebalance_that_gives_the_partitions_back_keeps_their_leases(
+    kafka_broker: EmulatorInfo, unique_name: str, engine: str
+) -> None:
+    """An eager rebalance (range, roundrobin) revokes every partition of every member, then assigns
+    them again: here a second member joins the group for another topic (the dead-letter topic), so this member gets all its
+    partitions back. Its leases must survive that: the ack succeeds and the message is not delivered
+    again (a new group's first seconds can bring such a rebalance, and the contract's
+    test_run_skips_a_message_whose_idempotency_key_is_completed lost a lease to one)."""
+    url = group_url(kafka_broker, unique_name, 3, engine)
+    with pm.open_topic(url, policy=QUICK) as topic:
+        mid = topic.publish(b"leased")
+    with pm.open_subscription(url, policy=QUICK) as sub:
+        driver = sub._side  # type: ignore[attr-defined]
+        got: list[pm.Message] = []
+        until = time.monotonic() + 30
+        while not got and time.monotonic() < until:
+            got = sub.receive(1, wait=1.0, lease=60)
+        [m] = got
+        assert m.id == mid
+        epoch = driver.assignments
+        other = confluent_kafka.Consumer(
+            {"bootstrap.servers": kafka_broker.endpoints["bootstrap"], "group.id": unique_name,
+             "session.timeout.ms": 6000, "partition.assignment.strategy": "range"}  # fmt: skip
+        )
+        try:
+            other.subscribe([driver.dead_letter_topic])  # a topic that exists, and not ours
+            until = time.monotonic() + 30
+            while driver.assignments == epoch and time.monotonic() < until:
+                other.poll(0.1)
+                assert sub.receive(10, wait=0.2) == [], "the leased message was delivered again"
+            assert driver.assignments > epoch, "no rebalance happened: the test tests nothing"
+            m.ack()
+            for _ in range(10):
+                other.poll(0.1)
+                assert sub.receive(10, wait=0.2) == [], "the acked message was delivered again"
+        finally:
+            other.close()
