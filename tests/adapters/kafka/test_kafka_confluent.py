@@ -40,7 +40,11 @@ def group_url(broker: EmulatorInfo, name: str, partitions: int = 1, engine: str 
 
 # ---------------------------------------------------------------- without a broker
 def test_engine_is_an_option_checked_like_the_others() -> None:
-    assert settings("kafka://b:9092/t").engine == "kafka-python"
+    assert settings("kafka://b:9092/t").engine == "confluent", "the default where confluent-kafka is importable"
+    assert settings("kafka://b:9092/t?engine=kafka-python").engine == "kafka-python"
+    assert "engine" not in settings("kafka://b:9092/t").url_for("other", "g"), "a default is not written down"
+    mechanism = "kafka://b:9092/t?security_protocol=SASL_SSL&sasl_mechanism=AWS_MSK_IAM"
+    assert settings(mechanism).engine == "kafka-python", "IAM is served by kafka-python only"
     s = settings("kafka://b:9092/t?group=g&engine=confluent")
     assert s.engine == "confluent"
     assert "engine=confluent" in s.url_for("other", "g2"), "derived URLs (DLQ, temporary) keep the engine"
@@ -195,7 +199,7 @@ def test_two_members_share_the_partitions_and_every_message_comes_once_acked(
 #: fetcher, or its producer's batching of keyless records).
 ENGINE_NEUTRAL_GROUP_TESTS = [
     "test_close_commits_only_up_to_the_first_unacked_message",
-    "test_a_rebalance_commits_what_is_safe_and_drops_in_flight_messages",
+    "test_a_rebalance_commits_what_is_safe_and_the_partition_keeps_or_drops_its_leases",
     "test_a_member_killed_mid_batch_loses_nothing_and_effects_happen_once",
     "test_a_record_over_the_topics_max_message_bytes_is_too_large_before_sending",
     "test_settled_messages_are_not_kept_until_their_lease_would_end",
@@ -211,12 +215,7 @@ def test_group_behaviour_on_the_confluent_engine(
 
     import test_kafka_groups as groups  # the sibling module (pytest puts this directory on sys.path)
 
-    plain = groups.group_url
-
-    def confluent_url(*args: object, **options: str) -> str:
-        return plain(*args, **options) + "&engine=confluent"  # type: ignore[arg-type]
-
-    monkeypatch.setattr(groups, "group_url", confluent_url)
+    monkeypatch.setattr(groups, "ENGINE", "confluent")
     test = getattr(groups, name)
     test(**{p: request.getfixturevalue(p) for p in inspect.signature(test).parameters})
 
@@ -283,7 +282,7 @@ def test_a_rebalance_that_gives_the_partitions_back_keeps_their_leases(
         epoch = driver.assignments
         other = confluent_kafka.Consumer(
             {"bootstrap.servers": kafka_broker.endpoints["bootstrap"], "group.id": unique_name,
-             "session.timeout.ms": 6000, "partition.assignment.strategy": "range"}  # fmt: skip
+             "session.timeout.ms": 6000, "partition.assignment.strategy": "range"}
         )
         try:
             other.subscribe([driver.dead_letter_topic])  # a topic that exists, and not ours
