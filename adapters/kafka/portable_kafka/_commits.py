@@ -23,6 +23,7 @@ from portable.driver.messaging import (
     DEAD_LETTER_SOURCE,
     DELIVERY_ATTEMPTS,
     ORIGINAL_ID,
+    QueueStats,
     ReceivedMessage,
 )
 from portable.errors import Unavailable, Unsupported
@@ -124,6 +125,10 @@ class Settlement(LocalLeases):
                     progress.committed = at
                     offsets[tp] = OffsetAndMetadata(at, "", -1)
         return offsets
+
+    def _commit_now(self, offsets: dict[Any, Any]) -> None:
+        """Commit ``offsets`` and wait for the answer (the engine's client call; caller holds _poll_lock)."""
+        raise NotImplementedError
 
     def _commit_async(self) -> None:
         """Send the commits that are due without waiting for the answer (caller holds _poll_lock)."""
@@ -289,3 +294,39 @@ class Settlement(LocalLeases):
         )
         meta = future.get(timeout=remaining(self._send_timeout))
         return (meta.partition, meta.offset) if meta is not None and meta.offset >= 0 else None
+
+    # -- stats and close: the same for both engines, around the client's calls ----------------
+    def stats(self) -> QueueStats:
+        """Ready, key-blocked and not yet fetched records as available, leased ones in flight, held
+        retry copies as delayed (the lag is what the client's cached watermarks say)."""
+        with self._poll_lock:
+            with self._state:
+                partitions = list(self._progress)
+                in_flight = len(self._leased)
+                delayed = len(self._held)
+                ready = len(self._ready) + self._key_blocked_count()
+            lag = self._lag(partitions) if partitions else 0
+        return QueueStats(available=ready + lag, in_flight=in_flight, delayed=delayed, dead_letters=None)
+
+    def _lag(self, partitions: list[Any]) -> int:
+        """How many records of ``partitions`` lie past this member's position (the engine's client call)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Commit what is safe, then leave the group and close the clients (once; later calls do nothing)."""
+        with self._poll_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                offsets = self._offsets_to_commit()
+                if offsets:
+                    self._commit_now(offsets)
+            except Exception as exc:
+                log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
+            finally:
+                self._close_clients()
+
+    def _close_clients(self) -> None:
+        """Close the consumer (leaving the group) and the retry producer (the engine's client calls)."""
+        raise NotImplementedError

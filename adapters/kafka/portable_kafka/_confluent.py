@@ -26,7 +26,7 @@ from collections import namedtuple
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from portable.driver.messaging import OutgoingMessage, QueueStats, TopicDriver
+from portable.driver.messaging import OutgoingMessage, TopicDriver
 from portable.errors import DeadlineExceeded, TooLarge
 from portable.resilience import remaining
 
@@ -390,43 +390,26 @@ class ConfluentSubscription(Rebalancing):
         return got if got[1] >= 0 else None
 
     # -- the rest ---------------------------------------------------------------------------
-    def stats(self) -> QueueStats:
-        with self._poll_lock:
-            with self._state:
-                partitions = list(self._progress)
-                in_flight = len(self._leased)
-                delayed = len(self._held)
-                ready = len(self._ready) + self._key_blocked_count()
-            lag = 0
-            if partitions:
-                try:
-                    positions = self.consumer.position(self._ck(partitions))
-                except Exception:
-                    positions = []
-                for p in positions:
-                    if p.offset < 0:
-                        continue
-                    try:
-                        _, high = self.consumer.get_watermark_offsets(p, timeout=1.0)
-                    except Exception:
-                        continue
-                    lag += max(0, high - p.offset)
-        return QueueStats(available=ready + lag, in_flight=in_flight, delayed=delayed, dead_letters=None)
-
-    def close(self) -> None:
-        with self._poll_lock:
-            if self._closed:
-                return
-            self._closed = True
+    def _lag(self, partitions: list[Any]) -> int:
+        """Records of ``partitions`` past this member's position (librdkafka's cached watermarks)."""
+        try:
+            positions = self.consumer.position(self._ck(partitions))
+        except Exception:
+            return 0
+        lag = 0
+        for p in positions:
+            if p.offset < 0:
+                continue
             try:
-                offsets = self._offsets_to_commit()
-                if offsets:
-                    self._commit_now(offsets)
-            except Exception as exc:
-                log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
-            finally:
-                try:
-                    self.consumer.close()
-                finally:
-                    if self._producer is not None:
-                        self._producer.flush(self.settings.request_timeout)
+                _, high = self.consumer.get_watermark_offsets(p, timeout=1.0)
+            except Exception:
+                continue
+            lag += max(0, high - p.offset)
+        return lag
+
+    def _close_clients(self) -> None:
+        try:
+            self.consumer.close()
+        finally:
+            if self._producer is not None:
+                self._producer.flush(self.settings.request_timeout)
