@@ -189,22 +189,31 @@ class Settlement(LocalLeases):
         handles = list(handles)
         out: list[BaseException | None] = [None] * len(handles)
         take = self._leased.pop
-        progress = self._progress
         release = self._release_key
         with self._state:
+            # _settle and _unlease, inline: this runs once per message at full rate; the offsets
+            # are settled per partition run, in one call each
+            tp: Any = None
+            offsets: list[int] = []
             for i, handle in enumerate(handles):
                 delivery = take(handle, None)
                 if delivery is None:
                     out[i] = _LostLease("the message is no longer leased here", provider="kafka")
                     continue
-                # _settle and _unlease, inline: this runs once per message at full rate
                 batch = delivery.batch
                 batch.left -= 1
                 if not batch.left:
                     batch.items = _NO_DELIVERIES
-                progress[delivery.tp].settle(delivery.offset)
+                if delivery.tp is not tp:
+                    if offsets:
+                        self._progress[tp].settle_many(offsets)
+                        offsets = []
+                    tp = delivery.tp
+                offsets.append(delivery.offset)
                 if delivery._key is not None:
                     release(delivery._key)
+            if offsets:
+                self._progress[tp].settle_many(offsets)
         self._commit_soon()
         return out
 
