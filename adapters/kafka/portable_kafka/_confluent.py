@@ -19,6 +19,7 @@ records are librdkafka's to drop and fetch again on resume.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -73,6 +74,14 @@ def _produce(producer: Any, topic: str, value: bytes | None, key: bytes | None, 
             producer.poll(0.05)
 
 
+def _delivered(out: list[Any], i: int, prefix: str, err: Any, msg: Any) -> None:
+    """publish_batch's delivery report of record ``i``: its id (``prefix`` is ``TOPIC/``), or the error."""
+    if err is None:
+        out[i] = f"{prefix}{msg.partition()}/{msg.offset()}"
+    else:
+        out[i] = _explain(err, prefix[:-1])
+
+
 def _wait_for(producer: Any, done: threading.Event, timeout: float | None, topic: str) -> None:
     """Serve delivery reports until ``done`` is set (librdkafka bounds it by delivery.timeout.ms)."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -122,25 +131,21 @@ class ConfluentTopic(TopicDriver):
         producer = self.producer
         topic = self.topic
         out: list[Any] = []
-        explain = _explain
-
-        def report(i: int) -> Any:
-            def delivered(err: Any, msg: Any) -> None:
-                out[i] = explain(err, topic) if err is not None else record_id(topic, msg.partition(), msg.offset())
-
-            return delivered
+        report = functools.partial  # a C-made callable per record: no Python closure to build
+        prefix = f"{topic}/"
 
         produce = producer.produce
         for i, message in enumerate(messages):
             out.append(None)
             key = message.key
             attributes = message.attributes
+            delivered = report(_delivered, out, i, prefix)
             try:
                 produce(topic, message.body, None if key is None else key.encode("utf-8"),
-                        headers=to_headers(attributes) if attributes else None, on_delivery=report(i))  # fmt: skip
+                        headers=to_headers(attributes) if attributes else None, on_delivery=delivered)  # fmt: skip
             except BufferError:
                 _produce(producer, topic, message.body, None if key is None else key.encode("utf-8"),
-                         to_headers(attributes) if attributes else None, report(i))  # fmt: skip
+                         to_headers(attributes) if attributes else None, delivered)  # fmt: skip
             except Exception as exc:  # e.g. a record over message.max.bytes, refused before sending
                 error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
                 out[i] = _explain(error, topic) if error is not None else exc
