@@ -9,8 +9,12 @@ confluent-kafka on both sections, and >= 5x portable's kafka-python engine). The
 uses the same settings as the kafka-python pair (idempotent, acks=all, linger.ms=5,
 batch.size=64 KiB, murmur2 partitioning); the raw confluent producer is the documented idiom
 (``produce`` in a loop, ``poll`` when librdkafka's queue is full, one ``flush``), the raw
-confluent consumer ``consume(1000)`` in a loop with an asynchronous ``commit`` of the batch's
-offsets after each (portable commits asynchronously too, so that pair is like for like).
+confluent consumer ``consume(1000)`` in a loop that reads each message's value, key and headers
+(as any real consumer does, and as portable hands them out) with an asynchronous ``commit`` of
+the batch's offsets after each. Commit mode: **both asynchronous** (portable's ``ack_many``
+commits the contiguous acked offsets asynchronously, at most every 0.2 s while records are
+buffered), so that pair is like for like. The raw producer asks for no delivery reports;
+portable's ``publish_batch`` needs one per record (its id).
 
 Without ``--bootstrap`` it starts a single-node Apache Kafka 4 (KRaft) with the
 test harness (``tests/emulators``, jars from ``bash scripts/install-emulators.sh``)
