@@ -88,15 +88,17 @@ class Rebalancing(Settlement):
             for tp in assigned:
                 if tp not in self._progress:
                     self._progress[tp] = PartitionProgress(next(self._epochs))
-                if tp not in kept:
+                if tp in self._paused:  # a kept one: resumed, and paused again by _pace if need be
+                    unpause.add(tp)
                     self._paused.discard(tp)
         return {tp: rewind[tp] for tp in assigned if tp in rewind}, kept, unpause & set(assigned)
 
     def _track_assigned(self, assigned: Iterable[Any]) -> None:
         """kafka-python's side of an assignment. kafka-python keeps the fetch position (and pause
         flag) of a partition that an eager rebalance revoked and gave straight back: a kept one
-        reads on from there; a forgotten one's unsettled messages were dropped, so it reads them
-        again from the resume point noted then."""
+        reads on from there (a record fetched again is dropped as a refetch), and is resumed if it
+        was paused; a forgotten one's unsettled messages were dropped, so it reads them again from
+        the resume point noted then."""
         rewind, _kept, unpause = self._start_assigned(assigned)
         for tp, offset in rewind.items():
             self.consumer.seek(tp, offset)
