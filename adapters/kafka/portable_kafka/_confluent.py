@@ -34,7 +34,7 @@ from portable.resilience import remaining
 from ._confluent_config import confluent_consumer_config
 from ._rebalance import Rebalancing
 from ._receive import _NO_ATTRIBUTES, _Delivery
-from ._records import epoch_ms, record_id, to_headers
+from ._records import record_id, to_headers
 
 if TYPE_CHECKING:
     from .kafka import KafkaMessaging
@@ -243,7 +243,6 @@ class ConfluentSubscription(Rebalancing):
         ready = self._ready.append
         handle = self._handles.__next__
         tps = self._tps
-        wall: int | None = None
         with self._state:
             last_ms, last_time = self._last_publish_ms, self._last_publish_time
             progress_of = self._progress.get
@@ -279,12 +278,7 @@ class ConfluentSubscription(Rebalancing):
                 headers = msg.headers()
                 published = msg.timestamp()[1]
                 if headers:
-                    delivery = self._delivery_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
-                    if delivery.due:
-                        wall = epoch_ms() if wall is None else wall
-                        if self._hold(delivery, wall):
-                            continue
-                    ready(delivery)
+                    self._track_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
                     continue
                 if published != last_ms:
                     last_ms = published

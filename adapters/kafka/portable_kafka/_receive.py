@@ -206,7 +206,6 @@ class LocalLeases(SubscriptionDriver):
         ready = self._ready.append
         handle = self._handles.__next__
         fields = _record_fields()
-        wall: int | None = None
         with self._state:
             last_ms, last_time = self._last_publish_ms, self._last_publish_time
             for tp, batch in records.items():
@@ -217,12 +216,7 @@ class LocalLeases(SubscriptionDriver):
                 for record in progress.fetched_many(batch):
                     offset, published, key, value, headers = fields(record)
                     if headers:
-                        delivery = self._delivery_with_headers(tp, record)
-                        if delivery.due:
-                            wall = epoch_ms() if wall is None else wall
-                            if self._hold(delivery, wall):
-                                continue
-                        ready(delivery)
+                        self._track_with_headers(tp, record)
                         continue
                     if published != last_ms:  # records of one batch share it
                         last_ms = published
@@ -244,6 +238,13 @@ class LocalLeases(SubscriptionDriver):
                         )
                     )
             self._last_publish_ms, self._last_publish_time = last_ms, last_time
+
+    def _track_with_headers(self, tp: Any, record: Any) -> None:
+        """Track a record with headers: ready, or held while it is a retry copy not due yet
+        (caller holds _state)."""
+        delivery = self._delivery_with_headers(tp, record)
+        if not delivery.due or not self._hold(delivery, epoch_ms()):
+            self._ready.append(delivery)
 
     def _hold(self, delivery: _Delivery, wall: int) -> bool:
         """Hold a retry copy that is not due yet (its ``due`` becomes time.monotonic()); False if
