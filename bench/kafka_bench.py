@@ -3,8 +3,8 @@
     .venv/bin/pip install -r bench/requirements-kafka.txt
     .venv/bin/python bench/kafka_bench.py [--messages 200000] [--size 200] [--rounds 3] [--bootstrap HOST:PORT]
 
-Four contestants a section: raw kafka-python and portable's kafka-python engine (the default),
-raw confluent-kafka and portable's ``engine=confluent`` (issue 22: target >= 0.9x raw
+Four contestants a section: raw kafka-python and portable's ``engine=kafka-python``,
+raw confluent-kafka and portable's ``engine=confluent`` (the default where installed; issue 22: target >= 0.9x raw
 confluent-kafka on both sections, and >= 5x portable's kafka-python engine). The confluent pair
 uses the same settings as the kafka-python pair (idempotent, acks=all, linger.ms=5,
 batch.size=64 KiB, murmur2 partitioning); the raw confluent producer is the documented idiom
@@ -150,7 +150,7 @@ class Bench:
     def produce_portable_confluent(self) -> int:
         return self.produce_portable(engine="confluent")
 
-    def produce_portable(self, engine: str | None = None) -> int:
+    def produce_portable(self, engine: str = "kafka-python") -> int:
         topic = fresh("portable")
         create_topic(self.bootstrap, topic)
         with pm.open_topic(self.url(topic, engine=engine)) as t:
@@ -221,7 +221,7 @@ class Bench:
     def consume_portable_confluent(self) -> int:
         return self.consume_portable(engine="confluent")
 
-    def consume_portable(self, engine: str | None = None) -> int:
+    def consume_portable(self, engine: str = "kafka-python") -> int:
         topic = self.reading
         assert topic is not None, "consume_raw picks the round's topic"
         sub = pm.open_subscription(self.url(topic, fresh("g"), engine))
