@@ -1,5 +1,7 @@
-"""kafka:// against kafka-python's own KafkaProducer and KafkaConsumer, both directions,
-on Apache Kafka 4 and on Tansu.
+"""kafka:// against native clients, both directions, on Apache Kafka 4 and on Tansu: each
+engine against its own library's clients (engine=kafka-python against kafka-python's
+KafkaProducer and KafkaConsumer, engine=confluent against confluent-kafka's Producer and
+Consumer).
 
 What portable writes is a plain Kafka record: the body is the value, the key the UTF-8 key,
 each attribute a UTF-8 header in order, ``portable.idempotency_key`` last; nothing else. What
@@ -15,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -40,17 +42,60 @@ def bootstrap(request: pytest.FixtureRequest) -> str:
     return str(broker.endpoints["bootstrap"])
 
 
-def url(bootstrap: str, name: str, scheme: str = "kafka") -> str:
+@pytest.fixture(params=["kafka-python", "confluent"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """portable's engine, and the library of the native clients on the other side."""
+    if request.param == "confluent":
+        pytest.importorskip("confluent_kafka", reason="engine=confluent needs confluent-kafka")
+    return str(request.param)
+
+
+def url(bootstrap: str, name: str, engine: str, scheme: str = "kafka") -> str:
     """One partition (so the native side reads in publish order) and Tansu's short session."""
-    return f"{scheme}://{bootstrap}/{name}?group={name}&session_timeout_ms=6000&partitions=1"
+    return f"{scheme}://{bootstrap}/{name}?group={name}&session_timeout_ms=6000&partitions=1&engine={engine}"
+
+
+class Record(NamedTuple):
+    """A record as a native consumer read it, whichever library."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+
+
+class _Confluent:
+    """confluent-kafka's Producer behind kafka-python's send/flush/close, for :func:`produce`."""
+
+    def __init__(self, bootstrap: str) -> None:
+        import confluent_kafka
+
+        self.producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "client.id": "native-producer"})
+        self.errors: list[Any] = []
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]) -> None:
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                self.errors.append(err)
+
+        self.producer.produce(topic, value, key, headers=headers or None, on_delivery=delivered)
+
+    def close(self, timeout: float) -> None:
+        assert self.producer.flush(timeout) == 0, "the native producer could not deliver every record"
+        assert not self.errors, self.errors
 
 
 @contextlib.contextmanager
-def native_producer(bootstrap: str) -> Iterator[Any]:
-    """kafka-python's own producer, with its defaults (idempotent, acks=all)."""
-    from kafka import KafkaProducer
+def native_producer(bootstrap: str, engine: str) -> Iterator[Any]:
+    """The library's own producer, with its defaults (idempotent, acks=all on both)."""
+    if engine == "confluent":
+        native: Any = _Confluent(bootstrap)
+    else:
+        from kafka import KafkaProducer
 
-    native = KafkaProducer(bootstrap_servers=[bootstrap], client_id="native-producer")
+        native = KafkaProducer(bootstrap_servers=[bootstrap], client_id="native-producer")
     try:
         yield native
     finally:
@@ -58,22 +103,29 @@ def native_producer(bootstrap: str) -> Iterator[Any]:
 
 
 @pytest.fixture
-def producer(bootstrap: str) -> Iterator[Any]:
-    with native_producer(bootstrap) as native:
+def producer(bootstrap: str, engine: str) -> Iterator[Any]:
+    with native_producer(bootstrap, engine) as native:
         yield native
 
 
 def produce(producer: Any, topic: str, records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]) -> None:
     """Send (key, value, headers) records natively and wait until every one is acknowledged."""
+    if isinstance(producer, _Confluent):
+        for key, value, headers in records:
+            producer.send(topic, key, value, headers)
+        assert producer.producer.flush(30) == 0 and not producer.errors, producer.errors
+        return
     futures = [producer.send(topic, key=key, value=value, headers=headers) for key, value, headers in records]
     producer.flush(timeout=30)
     for future in futures:
         future.get(timeout=30)
 
 
-def read_native(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list[Any]:
-    """The first ``count`` records of every partition of ``topic``, read by kafka-python's own
-    KafkaConsumer (assigned, no group), in partition then offset order."""
+def read_native(bootstrap: str, topic: str, count: int, engine: str, timeout: float = 30.0) -> list[Record]:
+    """The first ``count`` records of every partition of ``topic``, read by the library's own
+    consumer (assigned, no group), in partition then offset order."""
+    if engine == "confluent":
+        return _read_confluent(bootstrap, topic, count, timeout)
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -90,12 +142,43 @@ def read_native(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -
         assert partitions, f"the native consumer sees no topic {topic!r}"
         consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
         consumer.seek_to_beginning()
-        got: list[Any] = []
+        got: list[Record] = []
         while len(got) < count and time.monotonic() < until:
             for _tp, records in sorted(consumer.poll(timeout_ms=500).items(), key=lambda kv: kv[0].partition):
-                got.extend(records)
+                got.extend(Record(r.partition, r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in records)
         assert len(got) >= count, f"read {len(got)} of {count} records from {topic}"
-        return sorted(got, key=lambda r: (r.partition, r.offset))[:count]
+        return sorted(got)[:count]
+    finally:
+        consumer.close()
+
+
+def _read_confluent(bootstrap: str, topic: str, count: int, timeout: float) -> list[Record]:
+    """As :func:`read_native`, with confluent-kafka's Consumer: assigned from the beginning, never
+    subscribed or committing (its group.id is required by the client, and never joined)."""
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"native-{topic}", "enable.auto.commit": False,
+         "client.id": "native-consumer"}
+    )
+    try:
+        until = time.monotonic() + timeout
+        partitions: list[int] = []
+        while not partitions and time.monotonic() < until:
+            found = consumer.list_topics(topic, timeout=5).topics.get(topic)
+            partitions = sorted(found.partitions) if found is not None and found.error is None else []
+            if not partitions:
+                time.sleep(0.2)
+        assert partitions, f"the native consumer sees no topic {topic!r}"
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in partitions])
+        got: list[Record] = []
+        while len(got) < count and time.monotonic() < until:
+            for msg in consumer.consume(num_messages=count, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                got.append(Record(msg.partition(), msg.offset(), msg.key(), msg.value(), list(msg.headers() or []),
+                                  msg.timestamp()[1]))  # fmt: skip
+        assert len(got) >= count, f"read {len(got)} of {count} records from {topic}"
+        return sorted(got)[:count]
     finally:
         consumer.close()
 
@@ -109,13 +192,15 @@ def receive(sub: pm.Subscription, count: int, timeout: float = 40.0) -> list[pm.
     return got
 
 
-def wire(record: Any) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+def wire(record: Record) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
     return record.key, record.value, list(record.headers)
 
 
 # ---------------------------------------------------------------- portable -> native
-def test_portable_writes_plain_records_that_a_native_consumer_reads_exactly(bootstrap: str, unique_name: str) -> None:
-    with pm.open_topic(url(bootstrap, unique_name), policy=QUICK) as topic:
+def test_portable_writes_plain_records_that_a_native_consumer_reads_exactly(
+    bootstrap: str, unique_name: str, engine: str
+) -> None:
+    with pm.open_topic(url(bootstrap, unique_name, engine), policy=QUICK) as topic:
         topic.publish("naïve café {\"n\": 1}".encode())
         topic.publish(b"\x00\x01\xfe\xff binary")
         topic.publish(b"")
@@ -130,7 +215,7 @@ def test_portable_writes_plain_records_that_a_native_consumer_reads_exactly(boot
                 pm.OutgoingMessage(b"batch-2", key="k2", idempotency_key="idem-2"),
             ]
         )
-    records = read_native(bootstrap, unique_name, 7)
+    records = read_native(bootstrap, unique_name, 7, engine)
     assert [wire(r) for r in records] == [
         (None, "naïve café {\"n\": 1}".encode(), []),
         (None, b"\x00\x01\xfe\xff binary", []),
@@ -148,8 +233,8 @@ def test_portable_writes_plain_records_that_a_native_consumer_reads_exactly(boot
 
 
 # ---------------------------------------------------------------- native -> portable
-def test_native_records_reach_portable_losslessly(bootstrap: str, unique_name: str, producer: Any) -> None:
-    sub = pm.open_subscription(url(bootstrap, unique_name), policy=QUICK, lease=60)
+def test_native_records_reach_portable_losslessly(bootstrap: str, unique_name: str, engine: str, producer: Any) -> None:
+    sub = pm.open_subscription(url(bootstrap, unique_name, engine), policy=QUICK, lease=60)
     try:
         produce(
             producer,
@@ -192,17 +277,17 @@ def test_native_records_reach_portable_losslessly(bootstrap: str, unique_name: s
 
 
 def test_retry_and_dead_letter_copies_keep_the_record_exactly(
-    bootstrap: str, unique_name: str, producer: Any
+    bootstrap: str, unique_name: str, engine: str, producer: Any
 ) -> None:
     headers = [("dup", b"1"), ("bin", b"\x00\xff"), ("dup", b"2")]
-    sub = pm.open_subscription(url(bootstrap, unique_name), policy=QUICK, lease=60)
+    sub = pm.open_subscription(url(bootstrap, unique_name, engine), policy=QUICK, lease=60)
     try:
         produce(producer, unique_name, [(b"\xff-key", b"\x00 payload", headers), (b"\xfe-gone", None, headers)])
         first = receive(sub, 2)
         for m in first:
             m.nack(delay=0)
         retry_topic = f"{unique_name}.{unique_name}.retry"
-        copies = read_native(bootstrap, retry_topic, 2)
+        copies = read_native(bootstrap, retry_topic, 2, engine)
         for copy, (key, value) in zip(copies, [(b"\xff-key", b"\x00 payload"), (b"\xfe-gone", None)], strict=True):
             assert (copy.key, copy.value) == (key, value), "a retry copy keeps key bytes and value (a tombstone too)"
             assert list(copy.headers[:3]) == headers, "the record's own headers first, exactly"
@@ -219,7 +304,7 @@ def test_retry_and_dead_letter_copies_keep_the_record_exactly(
         for m in again:
             m.dead_letter("poison")
 
-        dead = read_native(bootstrap, f"{unique_name}.{unique_name}.dlq", 2)
+        dead = read_native(bootstrap, f"{unique_name}.{unique_name}.dlq", 2, engine)
         by_key = {r.key: r for r in dead}
         assert by_key[b"\xff-key"].value == b"\x00 payload" and by_key[b"\xfe-gone"].value is None
         for record in dead:
@@ -233,13 +318,15 @@ def test_retry_and_dead_letter_copies_keep_the_record_exactly(
         sub.close()
 
 
-def test_through_the_chaos_wrapper_the_lossless_fields_survive(kafka_broker: EmulatorInfo, unique_name: str) -> None:
+def test_through_the_chaos_wrapper_the_lossless_fields_survive(
+    kafka_broker: EmulatorInfo, unique_name: str, engine: str
+) -> None:
     """chaos+kafka:// copies every delivery (ReceivedMessage.like): headers, key bytes and the
-    tombstone flag are part of the copy. Once, on Apache Kafka."""
+    tombstone flag are part of the copy. On Apache Kafka."""
     bootstrap = str(kafka_broker.endpoints["bootstrap"])
-    sub = pm.open_subscription(url(bootstrap, unique_name, "chaos+kafka") + "&error_rate=0", policy=QUICK)
+    sub = pm.open_subscription(url(bootstrap, unique_name, engine, "chaos+kafka") + "&error_rate=0", policy=QUICK)
     try:
-        with native_producer(bootstrap) as producer:
+        with native_producer(bootstrap, engine) as producer:
             produce(producer, unique_name, [(b"\xff", None, [("h", b"\x00"), ("h", b"1")])])
         (m,) = receive(sub, 1)
         assert (m.key_bytes, m.tombstone, m.headers) == (b"\xff", True, (("h", b"\x00"), ("h", b"1")))

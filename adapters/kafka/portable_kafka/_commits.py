@@ -23,6 +23,7 @@ from portable.driver.messaging import (
     DEAD_LETTER_SOURCE,
     DELIVERY_ATTEMPTS,
     ORIGINAL_ID,
+    QueueStats,
     ReceivedMessage,
 )
 from portable.errors import Unavailable, Unsupported
@@ -68,6 +69,8 @@ class Settlement(LocalLeases):
         self.dead_letter_topic = s.dead_letter_topic
         self._producer: Any = None  # of retry and dead-letter copies, made on first use
         self._last_commit = 0.0
+        #: tps revoked by an eager rebalance, kept until the next assignment (:class:`~._rebalance.Rebalancing`)
+        self._suspended: set[Any] = set()
         self._closed = False
         self._commit_timeout_ms = int(s.request_timeout * 1000)
         self._send_timeout = s.send_timeout
@@ -112,7 +115,9 @@ class Settlement(LocalLeases):
 
         offsets: dict[Any, Any] = {}
         with self._state:
-            for tp in self._progress if partitions is None else partitions:
+            if partitions is None:  # all but the suspended: this member does not own those now
+                partitions = [tp for tp in self._progress if tp not in self._suspended] if self._suspended else self._progress
+            for tp in partitions:
                 progress = self._progress.get(tp)
                 at = progress.to_commit() if progress is not None else None
                 if at is not None:
@@ -120,6 +125,10 @@ class Settlement(LocalLeases):
                     progress.committed = at
                     offsets[tp] = OffsetAndMetadata(at, "", -1)
         return offsets
+
+    def _commit_now(self, offsets: dict[Any, Any]) -> None:
+        """Commit ``offsets`` and wait for the answer (the engine's client call; caller holds _poll_lock)."""
+        raise NotImplementedError
 
     def _commit_async(self) -> None:
         """Send the commits that are due without waiting for the answer (caller holds _poll_lock)."""
@@ -180,22 +189,31 @@ class Settlement(LocalLeases):
         handles = list(handles)
         out: list[BaseException | None] = [None] * len(handles)
         take = self._leased.pop
-        progress = self._progress
         release = self._release_key
         with self._state:
+            # _settle and _unlease, inline: this runs once per message at full rate; the offsets
+            # are settled per partition run, in one call each
+            tp: Any = None
+            offsets: list[int] = []
             for i, handle in enumerate(handles):
                 delivery = take(handle, None)
                 if delivery is None:
                     out[i] = _LostLease("the message is no longer leased here", provider="kafka")
                     continue
-                # _settle and _unlease, inline: this runs once per message at full rate
                 batch = delivery.batch
                 batch.left -= 1
                 if not batch.left:
                     batch.items = _NO_DELIVERIES
-                progress[delivery.tp].settle(delivery.offset)
+                if delivery.tp is not tp:
+                    if offsets:
+                        self._progress[tp].settle_many(offsets)
+                        offsets = []
+                    tp = delivery.tp
+                offsets.append(delivery.offset)
                 if delivery._key is not None:
                     release(delivery._key)
+            if offsets:
+                self._progress[tp].settle_many(offsets)
         self._commit_soon()
         return out
 
@@ -212,9 +230,24 @@ class Settlement(LocalLeases):
             ORIGINAL_ID_HEADER: delivery.id,
             PUBLISHED_HEADER: str(int(delivery.publish_time.timestamp() * 1000)),
         }
-        self._republish(self.retry_topic, delivery, delivery._headers, extra)
+        placed = self._republish(self.retry_topic, delivery, delivery._headers, extra)
         self._settle_if_leased(handle, delivery)
+        self._note_not_before(self.retry_topic, placed, time.monotonic() + delay)
         self._commit_soon()
+
+    def _note_not_before(self, topic: str, placed: tuple[int, int] | None, when: float) -> None:
+        """Remember that the retry copy at ``placed`` (partition, offset) is not due before ``when``
+        here (see :meth:`LocalLeases._hold`); entries of copies another member took are dropped
+        once their time has passed."""
+        if placed is None:
+            return
+        with self._state:
+            notes = self._not_before
+            if len(notes) >= 1024:
+                now = time.monotonic()
+                for k in [k for k, t in notes.items() if t <= now]:
+                    del notes[k]
+            notes[(topic, *placed)] = when
 
     def dead_letter(self, message: ReceivedMessage, reason: str) -> None:
         if self.dead_letter_topic is None:
@@ -258,13 +291,51 @@ class Settlement(LocalLeases):
 
     def _republish(
         self, topic: str, delivery: _Delivery, headers: tuple[tuple[str, bytes], ...], extra: dict[str, str]
-    ) -> None:
+    ) -> tuple[int, int] | None:
         """Send a copy of ``delivery``'s record to ``topic``: its value (a tombstone stays one), key
-        bytes and ``headers`` as they came, then ``extra`` as UTF-8 headers."""
+        bytes and ``headers`` as they came, then ``extra`` as UTF-8 headers; return the copy's
+        (partition, offset) once the broker has it."""
         future = self.producer().send(
             topic,
             value=None if delivery._tombstone else delivery._body,
             key=delivery._key_bytes,
             headers=[*headers, *to_headers(extra)],
         )
-        future.get(timeout=remaining(self._send_timeout))
+        meta = future.get(timeout=remaining(self._send_timeout))
+        return (meta.partition, meta.offset) if meta is not None and meta.offset >= 0 else None
+
+    # -- stats and close: the same for both engines, around the client's calls ----------------
+    def stats(self) -> QueueStats:
+        """Ready, key-blocked and not yet fetched records as available, leased ones in flight, held
+        retry copies as delayed (the lag is what the client's cached watermarks say)."""
+        with self._poll_lock:
+            with self._state:
+                partitions = list(self._progress)
+                in_flight = len(self._leased)
+                delayed = len(self._held)
+                ready = len(self._ready) + self._key_blocked_count()
+            lag = self._lag(partitions) if partitions else 0
+        return QueueStats(available=ready + lag, in_flight=in_flight, delayed=delayed, dead_letters=None)
+
+    def _lag(self, partitions: list[Any]) -> int:
+        """How many records of ``partitions`` lie past this member's position (the engine's client call)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Commit what is safe, then leave the group and close the clients (once; later calls do nothing)."""
+        with self._poll_lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                offsets = self._offsets_to_commit()
+                if offsets:
+                    self._commit_now(offsets)
+            except Exception as exc:
+                log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
+            finally:
+                self._close_clients()
+
+    def _close_clients(self) -> None:
+        """Close the consumer (leaving the group) and the retry producer (the engine's client calls)."""
+        raise NotImplementedError

@@ -19,7 +19,7 @@ records are librdkafka's to drop and fetch again on resume.
 from __future__ import annotations
 
 import datetime as dt
-import heapq
+import functools
 import logging
 import threading
 import time
@@ -27,14 +27,14 @@ from collections import namedtuple
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from portable.driver.messaging import OutgoingMessage, QueueStats, TopicDriver
+from portable.driver.messaging import OutgoingMessage, TopicDriver
 from portable.errors import DeadlineExceeded, TooLarge
 from portable.resilience import remaining
 
 from ._confluent_config import confluent_consumer_config
 from ._rebalance import Rebalancing
 from ._receive import _NO_ATTRIBUTES, _Delivery
-from ._records import epoch_ms, record_id, to_headers
+from ._records import record_id, to_headers
 
 if TYPE_CHECKING:
     from .kafka import KafkaMessaging
@@ -72,6 +72,14 @@ def _produce(producer: Any, topic: str, value: bytes | None, key: bytes | None, 
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def _delivered(out: list[Any], i: int, prefix: str, err: Any, msg: Any) -> None:
+    """publish_batch's delivery report of record ``i``: its id (``prefix`` is ``TOPIC/``), or the error."""
+    if err is None:
+        out[i] = f"{prefix}{msg.partition()}/{msg.offset()}"
+    else:
+        out[i] = _explain(err, prefix[:-1])
 
 
 def _wait_for(producer: Any, done: threading.Event, timeout: float | None, topic: str) -> None:
@@ -123,25 +131,21 @@ class ConfluentTopic(TopicDriver):
         producer = self.producer
         topic = self.topic
         out: list[Any] = []
-        explain = _explain
-
-        def report(i: int) -> Any:
-            def delivered(err: Any, msg: Any) -> None:
-                out[i] = explain(err, topic) if err is not None else record_id(topic, msg.partition(), msg.offset())
-
-            return delivered
+        report = functools.partial  # a C-made callable per record: no Python closure to build
+        prefix = f"{topic}/"
 
         produce = producer.produce
         for i, message in enumerate(messages):
             out.append(None)
             key = message.key
             attributes = message.attributes
+            delivered = report(_delivered, out, i, prefix)
             try:
                 produce(topic, message.body, None if key is None else key.encode("utf-8"),
-                        headers=to_headers(attributes) if attributes else None, on_delivery=report(i))  # fmt: skip
+                        headers=to_headers(attributes) if attributes else None, on_delivery=delivered)  # fmt: skip
             except BufferError:
                 _produce(producer, topic, message.body, None if key is None else key.encode("utf-8"),
-                         to_headers(attributes) if attributes else None, report(i))  # fmt: skip
+                         to_headers(attributes) if attributes else None, delivered)  # fmt: skip
             except Exception as exc:  # e.g. a record over message.max.bytes, refused before sending
                 error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
                 out[i] = _explain(error, topic) if error is not None else exc
@@ -239,7 +243,6 @@ class ConfluentSubscription(Rebalancing):
         ready = self._ready.append
         handle = self._handles.__next__
         tps = self._tps
-        wall: int | None = None
         with self._state:
             last_ms, last_time = self._last_publish_ms, self._last_publish_time
             progress_of = self._progress.get
@@ -275,14 +278,7 @@ class ConfluentSubscription(Rebalancing):
                 headers = msg.headers()
                 published = msg.timestamp()[1]
                 if headers:
-                    delivery = self._delivery_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
-                    if delivery.due:
-                        wall = epoch_ms() if wall is None else wall
-                        if delivery.due > wall:
-                            delivery.due = time.monotonic() + (delivery.due - wall) / 1000.0
-                            heapq.heappush(self._held, (delivery.due, next(self._tiebreak), delivery))
-                            continue
-                    ready(delivery)
+                    self._track_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
                     continue
                 if published != last_ms:
                     last_ms = published
@@ -330,30 +326,27 @@ class ConfluentSubscription(Rebalancing):
 
     # -- rebalances (inside consume, in the receiving thread) ----------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        tps = self._ours(partitions)
-        with self._state:
-            rewind, self._rewind = self._rewind, {}
-            self._resume_on_return = set()  # librdkafka assigns a partition unpaused
-        self._track_assigned(tps)
-        again = {tp: rewind[tp] for tp in tps if tp in rewind}
-        if not again:
-            return
+        """librdkafka assigns every partition unpaused, from its committed offset unless told
+        otherwise: a kept partition reads on after its last fetched record, a forgotten one that
+        came back from its first unsettled offset."""
         from confluent_kafka import TopicPartition
 
-        listed = [TopicPartition(p.topic, p.partition, again.get(tp, p.offset)) for p, tp in zip(partitions, tps, strict=True)]
+        tps = self._ours(partitions)
+        rewind, kept, _unpause = self._start_assigned(tps)
+        with self._state:
+            self._paused.difference_update(tps)  # librdkafka assigns a partition unpaused
+            for tp in kept:
+                progress = self._progress.get(tp)
+                last = progress.last_fetched() if progress is not None else -1
+                if last >= 0:
+                    rewind.setdefault(tp, last + 1)
+        if not rewind:
+            return
+        listed = [TopicPartition(p.topic, p.partition, rewind.get(tp, p.offset)) for p, tp in zip(partitions, tps, strict=True)]
         if self.settings.assignor == "cooperative-sticky":
             consumer.incremental_assign(listed)
         else:
             consumer.assign(listed)
-
-    def _track_assigned(self, assigned: Iterable[Any]) -> None:
-        from ._progress import PartitionProgress
-
-        with self._state:
-            for tp in assigned:
-                if tp not in self._progress:
-                    self._progress[tp] = PartitionProgress(next(self._epochs))
-                self._paused.discard(tp)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         tps = self._ours(partitions)
@@ -363,7 +356,7 @@ class ConfluentSubscription(Rebalancing):
                 self._commit_now(offsets)
             except Exception as exc:  # the new owner will redeliver: at least once holds
                 log.warning("commit before giving up %s failed: %s", sorted(tps), exc)
-        self._forget_partitions(tps)
+        self._give_up(tps)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         self._forget_partitions(self._ours(partitions), lost=True)
@@ -378,59 +371,44 @@ class ConfluentSubscription(Rebalancing):
 
     def _republish(
         self, topic: str, delivery: _Delivery, headers: tuple[tuple[str, bytes], ...], extra: dict[str, str]
-    ) -> None:
+    ) -> tuple[int, int] | None:
         producer = self.producer()
         done = threading.Event()
         result: list[Any] = []
 
         def delivered(err: Any, msg: Any) -> None:
-            result.append(None if err is None else _explain(err, topic))
+            result.append((msg.partition(), msg.offset()) if err is None else _explain(err, topic))
             done.set()
 
         _produce(producer, topic, None if delivery._tombstone else delivery._body, delivery._key_bytes,
                  [*headers, *to_headers(extra)], delivered)  # fmt: skip
         _wait_for(producer, done, remaining(self._send_timeout), topic)
-        if result[0] is not None:
-            raise result[0]
+        got = result[0]
+        if isinstance(got, BaseException):
+            raise got
+        return got if got[1] >= 0 else None
 
     # -- the rest ---------------------------------------------------------------------------
-    def stats(self) -> QueueStats:
-        with self._poll_lock:
-            with self._state:
-                partitions = list(self._progress)
-                in_flight = len(self._leased)
-                delayed = len(self._held)
-                ready = len(self._ready) + self._key_blocked_count()
-            lag = 0
-            if partitions:
-                try:
-                    positions = self.consumer.position(self._ck(partitions))
-                except Exception:
-                    positions = []
-                for p in positions:
-                    if p.offset < 0:
-                        continue
-                    try:
-                        _, high = self.consumer.get_watermark_offsets(p, timeout=1.0)
-                    except Exception:
-                        continue
-                    lag += max(0, high - p.offset)
-        return QueueStats(available=ready + lag, in_flight=in_flight, delayed=delayed, dead_letters=None)
-
-    def close(self) -> None:
-        with self._poll_lock:
-            if self._closed:
-                return
-            self._closed = True
+    def _lag(self, partitions: list[Any]) -> int:
+        """Records of ``partitions`` past this member's position (librdkafka's cached watermarks)."""
+        try:
+            positions = self.consumer.position(self._ck(partitions))
+        except Exception:
+            return 0
+        lag = 0
+        for p in positions:
+            if p.offset < 0:
+                continue
             try:
-                offsets = self._offsets_to_commit()
-                if offsets:
-                    self._commit_now(offsets)
-            except Exception as exc:
-                log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
-            finally:
-                try:
-                    self.consumer.close()
-                finally:
-                    if self._producer is not None:
-                        self._producer.flush(self.settings.request_timeout)
+                _, high = self.consumer.get_watermark_offsets(p, timeout=1.0)
+            except Exception:
+                continue
+            lag += max(0, high - p.offset)
+        return lag
+
+    def _close_clients(self) -> None:
+        try:
+            self.consumer.close()
+        finally:
+            if self._producer is not None:
+                self._producer.flush(self.settings.request_timeout)

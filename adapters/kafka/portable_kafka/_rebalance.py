@@ -1,11 +1,11 @@
 """Partitions coming to and leaving this group member: the rebalance listener and its bookkeeping.
 
 When partitions are revoked the member commits what is safe for them (awaited
-on kafka-python's network loop, so heartbeats go on) and forgets their
-in-flight state: buffered records, leases and key locks. Their unsettled
-messages go to the new owner from the last commit. A partition that comes
-straight back (an eager rebalance revokes everything) is read again from its
-first unsettled offset.
+on kafka-python's network loop, so heartbeats go on). Partitions that move
+lose their in-flight state here (buffered records, leases and key locks) and
+their unsettled messages go to the new owner from the last commit; partitions
+that an eager rebalance revokes and gives straight back keep theirs
+(:class:`Rebalancing`).
 """
 
 # mypy: disable-error-code="import-untyped"
@@ -32,41 +32,84 @@ log = logging.getLogger("portable.kafka")
 class Rebalancing(Settlement):
     """The bookkeeping of partitions assigned to and revoked from this member.
 
-    Both methods run on kafka-python's network thread (from the listener) and
-    take only ``_state`` for the bookkeeping.
+    Both methods run where the client runs its rebalance callbacks (kafka-python's
+    network thread, inside librdkafka's ``consume``) and take only ``_state`` for
+    the bookkeeping.
+
+    An eager assignor (``range``, ``roundrobin``) revokes every partition of every
+    member at each rebalance, and most come straight back: any member joining or
+    leaving, even for another topic, and a new group's first seconds (a topic
+    appearing in the metadata) bring one. Revoked partitions are therefore
+    *suspended* (committed as far as is safe, out of further commits, their
+    leases kept) until the assignment that follows: those that come back keep
+    their leases and buffered records, the others are forgotten then. Between the
+    two, no other member reads them (an eager rebalance assigns nothing before
+    every member gave up everything), so a lease kept is still exclusive. With
+    ``cooperative-sticky`` a revoked partition is one that moves, and is
+    forgotten at once; a lost one (the session ended) always is.
     """
 
     def __init__(self, driver: KafkaMessaging) -> None:
         super().__init__(driver)
-        self._rewind: dict[Any, int] = {}  # revoked tp -> offset to read again from if it comes back
-        self._resume_on_return: set[Any] = set()  # revoked tps that were paused here
+        self._rewind: dict[Any, int] = {}  # forgotten tp -> offset to read again from if it comes back
+        self._resume_on_return: set[Any] = set()  # forgotten tps that were paused here
         self._epochs = itertools.count(1)
+        #: how many assignments this member got (each rebalance brings one); for tests and stats
+        self.assignments = 0
 
-    def _track_assigned(self, assigned: Iterable[Any]) -> None:
-        """Start fresh bookkeeping for new partitions.
+    def _give_up(self, revoked: Iterable[Any]) -> None:
+        """Partitions revoked (after their safe commit): suspended until the next assignment
+        (eager assignors), or forgotten now (cooperative-sticky)."""
+        if self.settings.assignor == "cooperative-sticky":
+            self._forget_partitions(revoked)
+            return
+        with self._state:
+            self._suspended.update(tp for tp in revoked if tp in self._progress)
 
-        kafka-python keeps the fetch position (and pause flag) of a partition that
-        an eager rebalance revoked and gave straight back to this member; its
-        unsettled messages were dropped with the revocation, so read them again
-        from the resume point that was noted then.
+    def _start_assigned(self, assigned: Iterable[Any]) -> tuple[dict[Any, int], set[Any], set[Any]]:
+        """The bookkeeping of a new assignment: suspended partitions that came back are kept, the
+        others forgotten now, new ones start fresh.
+
+        Returns ``(rewind, kept, unpause)``: where to read again from the returning partitions that
+        were forgotten, the partitions kept (with their leases), and the forgotten ones that were
+        paused here (the client may still have them paused).
         """
+        assigned = list(assigned)
+        with self._state:
+            self.assignments += 1
+            suspended, self._suspended = self._suspended, set()
+        gone = suspended.difference(assigned)
+        if gone:
+            self._forget_partitions(gone)
         with self._state:
             rewind, self._rewind = self._rewind, {}
             unpause, self._resume_on_return = self._resume_on_return, set()
+            kept = suspended.intersection(assigned)
             for tp in assigned:
                 if tp not in self._progress:
                     self._progress[tp] = PartitionProgress(next(self._epochs))
-                self._paused.discard(tp)
-        for tp in assigned:
-            if tp in rewind:
-                self.consumer.seek(tp, rewind[tp])
-            if tp in unpause:
-                self.consumer.resume(tp)
+                if tp in self._paused:  # a kept one: resumed, and paused again by _pace if need be
+                    unpause.add(tp)
+                    self._paused.discard(tp)
+        return {tp: rewind[tp] for tp in assigned if tp in rewind}, kept, unpause & set(assigned)
+
+    def _track_assigned(self, assigned: Iterable[Any]) -> None:
+        """kafka-python's side of an assignment. kafka-python keeps the fetch position (and pause
+        flag) of a partition that an eager rebalance revoked and gave straight back: a kept one
+        reads on from there (a record fetched again is dropped as a refetch), and is resumed if it
+        was paused; a forgotten one's unsettled messages were dropped, so it reads them again from
+        the resume point noted then."""
+        rewind, _kept, unpause = self._start_assigned(assigned)
+        for tp, offset in rewind.items():
+            self.consumer.seek(tp, offset)
+        for tp in unpause:
+            self.consumer.resume(tp)
 
     def _forget_partitions(self, revoked: Iterable[Any], *, lost: bool = False) -> None:
-        """Forget revoked partitions: their unsettled messages will be delivered again from the commit."""
+        """Forget partitions: their unsettled messages will be delivered again from the commit."""
         gone = set(revoked)
         with self._state:
+            self._suspended.difference_update(gone)
             for tp in gone:
                 progress = self._progress.pop(tp, None)
                 point = progress.resume_point() if progress is not None else None
@@ -108,7 +151,7 @@ class RebalanceListener:
                 await coordinator._commit_offsets_sync_async(offsets, timeout_ms=sub._commit_timeout_ms)
             except Exception as exc:  # the new owner will redeliver: at least once holds
                 log.warning("commit before giving up %s failed: %s", sorted(revoked), exc)
-        sub._forget_partitions(revoked)
+        sub._give_up(revoked)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         self._subscription._track_assigned(assigned)

@@ -190,6 +190,9 @@ class LocalLeases(SubscriptionDriver):
         self._paused: set[Any] = set()  # tps paused because their records pile up here
         self._last_publish_ms = -1  # publish times of a batch repeat: keep the last one's datetime
         self._last_publish_time = dt.datetime.fromtimestamp(0, dt.UTC)
+        #: (topic, partition, offset) of a retry copy this member published -> time.monotonic() before
+        #: which it is not delivered: the delay counts from when nack returned, not from its start
+        self._not_before: dict[tuple[str, int, int], float] = {}
         self._handles = itertools.count(1)
         self._tiebreak = itertools.count()  # orders heap entries of equal time without comparing the rest
 
@@ -203,7 +206,6 @@ class LocalLeases(SubscriptionDriver):
         ready = self._ready.append
         handle = self._handles.__next__
         fields = _record_fields()
-        wall: int | None = None
         with self._state:
             last_ms, last_time = self._last_publish_ms, self._last_publish_time
             for tp, batch in records.items():
@@ -214,14 +216,7 @@ class LocalLeases(SubscriptionDriver):
                 for record in progress.fetched_many(batch):
                     offset, published, key, value, headers = fields(record)
                     if headers:
-                        delivery = self._delivery_with_headers(tp, record)
-                        if delivery.due:
-                            wall = epoch_ms() if wall is None else wall
-                            if delivery.due > wall:
-                                delivery.due = time.monotonic() + (delivery.due - wall) / 1000.0
-                                heapq.heappush(self._held, (delivery.due, next(self._tiebreak), delivery))
-                                continue
-                        ready(delivery)
+                        self._track_with_headers(tp, record)
                         continue
                     if published != last_ms:  # records of one batch share it
                         last_ms = published
@@ -243,6 +238,34 @@ class LocalLeases(SubscriptionDriver):
                         )
                     )
             self._last_publish_ms, self._last_publish_time = last_ms, last_time
+
+    def _track_with_headers(self, tp: Any, record: Any) -> None:
+        """Track a record with headers: ready, or held while it is a retry copy not due yet
+        (caller holds _state)."""
+        delivery = self._delivery_with_headers(tp, record)
+        if not delivery.due or not self._hold(delivery, epoch_ms()):
+            self._ready.append(delivery)
+
+    def _hold(self, delivery: _Delivery, wall: int) -> bool:
+        """Hold a retry copy that is not due yet (its ``due`` becomes time.monotonic()); False if
+        it is due now (caller holds _state).
+
+        Due is the later of the copy's due header (stamped when nack started, the time every
+        member sees) and, for a copy this member published, the nack's return plus its delay:
+        a republish that took long (a producer's first connection, a loaded broker) does not
+        eat into the delay.
+        """
+        due = time.monotonic() + (delivery.due - wall) / 1000.0
+        if self._not_before:
+            tp = delivery.tp
+            local = self._not_before.pop((tp.topic, tp.partition, delivery.offset), None)
+            if local is not None and local > due:
+                due = local
+        if due <= time.monotonic():
+            return False
+        delivery.due = due
+        heapq.heappush(self._held, (due, next(self._tiebreak), delivery))
+        return True
 
     def _delivery_with_headers(self, tp: Any, record: Any) -> _Delivery:
         """The delivery of a record with headers: its headers and attributes, and the retry

@@ -35,7 +35,7 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IAM", "OA
 _PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
-#: Client engines: kafka-python (pure Python, the default) and confluent-kafka (librdkafka).
+#: Client engines: confluent-kafka (librdkafka; the default where installed) and kafka-python (pure Python).
 ENGINES = ("kafka-python", "confluent")
 
 #: Batches in flight per broker connection: the most an idempotent producer keeps in order.
@@ -93,7 +93,7 @@ class KafkaSettings:
     connect_timeout: float = 10.0
     request_timeout: float = 30.0
     delivery_timeout: float = 60.0
-    engine: str = "kafka-python"
+    engine: str = "kafka-python"  # parse_settings picks default_engine() when the URL names none
     #: Options read from the URL, reproduced by :meth:`url_for` (never a secret).
     shown_options: Mapping[str, str] = field(default_factory=dict)
 
@@ -322,7 +322,7 @@ def parse_settings(url: ParsedURL, env: Mapping[str, str] | None = None) -> Kafk
     start = _one_of(url, "start", ("earliest", "latest"), "earliest", False)
     assignor = _one_of(url, "assignor", ASSIGNORS, "range", False)
     compression = _one_of(url, "compression", COMPRESSIONS, "none", False)
-    engine = _one_of(url, "engine", ENGINES, "kafka-python", False)
+    engine = _one_of(url, "engine", ENGINES, None, False) or default_engine(mechanism)
     retry_topic = url.take_str("retry_topic")
     dead_letter_topic = url.take_str("dead_letter_topic")
     for name in ("acks", "start", "assignor", "compression", "engine", "retry_topic", "dead_letter_topic"):
@@ -404,6 +404,22 @@ def _check_codec(url: ParsedURL, codec: str) -> None:
         raise InvalidURL(f"{url}: compression={codec} needs the {package} package: pip install {package}")
 
 
+def default_engine(mechanism: str | None) -> str:
+    """The engine of a URL without ``engine=``: confluent where confluent-kafka is importable (and
+    serves the URL's authentication), else kafka-python; as storage prefers obstore."""
+    if mechanism in _CONFLUENT_UNWIRED:
+        return "kafka-python"
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return "kafka-python"
+    return "confluent"
+
+
+#: sasl_mechanism values the confluent engine does not serve yet (kafka-python's token/IAM hooks).
+_CONFLUENT_UNWIRED = ("AWS_MSK_IAM", "OAUTHBEARER")
+
+
 def _check_confluent(url: ParsedURL, mechanism: str | None) -> None:
     """engine=confluent: confluent-kafka is installed and serves this URL's authentication."""
     try:
@@ -411,12 +427,12 @@ def _check_confluent(url: ParsedURL, mechanism: str | None) -> None:
     except ImportError:
         raise InvalidURL(
             f"{url}: engine=confluent needs confluent-kafka: pip install 'portable-cloud-kafka[confluent]' "
-            "(or leave engine= out for kafka-python)"
+            "(or write engine=kafka-python, or leave engine= out)"
         ) from None
-    if mechanism in ("AWS_MSK_IAM", "OAUTHBEARER"):
+    if mechanism in _CONFLUENT_UNWIRED:
         raise InvalidURL(
             f"{url}: sasl_mechanism={mechanism} is not wired to engine=confluent yet; use the "
-            "kafka-python engine (leave engine= out)"
+            "kafka-python engine (engine=kafka-python, or leave engine= out)"
         )
 
 

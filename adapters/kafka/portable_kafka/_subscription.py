@@ -11,9 +11,7 @@ adds the consumer and the receive loop that drives them.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
-
-from portable.driver.messaging import QueueStats
+from typing import TYPE_CHECKING, Any
 
 from ._rebalance import Rebalancing, rebalance_listener
 
@@ -55,37 +53,26 @@ class KafkaSubscription(Rebalancing):
         if records:
             self._track_fetched(records)
 
-    def stats(self) -> QueueStats:
-        with self._poll_lock:
-            with self._state:
-                partitions = list(self._progress)
-                in_flight = len(self._leased)
-                delayed = len(self._held)
-                ready = len(self._ready) + self._key_blocked_count()
-            lag = 0
-            for tp in partitions:
-                high = self.consumer.highwater(tp)
-                if high is None:
-                    continue
-                try:
-                    position = self.consumer.position(tp, timeout_ms=1000)
-                except Exception:
-                    continue
-                lag += max(0, high - position)
-        return QueueStats(available=ready + lag, in_flight=in_flight, delayed=delayed, dead_letters=None)
-
-    def close(self) -> None:
-        with self._poll_lock:
-            if self._closed:
-                return
-            self._closed = True
+    def _lag(self, partitions: list[Any]) -> int:
+        """Records of ``partitions`` past this member's position (kafka-python's cached highwater)."""
+        lag = 0
+        for tp in partitions:
+            high = self.consumer.highwater(tp)
+            if high is None:
+                continue
             try:
-                offsets = self._offsets_to_commit()
-                if offsets:
-                    self.consumer.commit(offsets, timeout_ms=self._commit_timeout_ms)
-            except Exception as exc:
-                log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
-            finally:
-                self.consumer.close(autocommit=False, timeout_ms=_CLOSE_TIMEOUT_MS)
-                if self._producer is not None:
-                    self._producer.close(timeout=self.settings.request_timeout)
+                position = self.consumer.position(tp, timeout_ms=1000)
+            except Exception:
+                continue
+            lag += max(0, high - position)
+        return lag
+
+    def _commit_now(self, offsets: dict[Any, Any]) -> None:
+        self.consumer.commit(offsets, timeout_ms=self._commit_timeout_ms)
+
+    def _close_clients(self) -> None:
+        try:
+            self.consumer.close(autocommit=False, timeout_ms=_CLOSE_TIMEOUT_MS)
+        finally:
+            if self._producer is not None:
+                self._producer.close(timeout=self.settings.request_timeout)

@@ -1,5 +1,6 @@
-"""``kafka://`` — Kafka topics and consumer groups on kafka-python (or, with
-``?engine=confluent``, on confluent-kafka's librdkafka: :mod:`._confluent`).
+"""``kafka://`` — Kafka topics and consumer groups on confluent-kafka's librdkafka
+(:mod:`._confluent`, the default where it is installed) or on kafka-python
+(``?engine=kafka-python``, and the fallback).
 
 One driver serves Apache Kafka, Amazon MSK, Confluent Cloud, Azure Event Hubs'
 Kafka endpoint, Redpanda and Tansu: only the URL differs.
@@ -22,8 +23,9 @@ Options:
     ``max_message_bytes``; group: ``start``, ``assignor``, ``session_timeout_ms``,
     ``heartbeat_interval_ms``, ``max_poll_interval_ms``; time: ``connect_timeout``,
     ``request_timeout``, ``delivery_timeout``; ``client_id``; ``engine``
-    (``kafka-python``, the default, or ``confluent``: same options, capabilities
-    and contract; docs/adapters/kafka.md, "Engines").
+    (``confluent``, the default where confluent-kafka is installed, or
+    ``kafka-python``: same options, capabilities and contract; docs/adapters/kafka.md,
+    "Engines").
 
 As:
     ``kafka.KafkaProducer``, ``kafka.KafkaConsumer`` (do not poll it yourself),
@@ -86,6 +88,9 @@ log = logging.getLogger("portable.kafka")
 #: Bytes kept back from max_message_bytes for the record's framing and retry headers.
 _RECORD_OVERHEAD = 512
 
+#: capabilities.max_batch on engine=confluent (kafka-python: 10,000).
+_CONFLUENT_MAX_BATCH = 100_000
+
 
 class KafkaMessaging(MessagingDriver):
     """The ``kafka://`` driver: classifies kafka-python's errors and opens both sides."""
@@ -113,7 +118,9 @@ class KafkaMessaging(MessagingDriver):
             min_lease_seconds=0.0,
             max_message_bytes=max(1, settings.max_message_bytes - _RECORD_OVERHEAD),
             max_attributes=64,
-            max_batch=10000,
+            # librdkafka's pipeline drains at the end of each driver batch (publish_batch waits
+            # for every acknowledgement, for the ids): larger batches keep it full longer
+            max_batch=_CONFLUENT_MAX_BATCH if settings.engine == "confluent" else 10000,
         )
         self._topic: TopicDriver | None = None
         self._subscription: Rebalancing | None = None

@@ -1,4 +1,5 @@
-"""The fault suite (portable.testing.fault_suite) on kafka://, both engines, on Apache Kafka 4:
+"""The fault suite (portable.testing.fault_suite) on kafka://, kafka-python engine, on Apache
+Kafka 4 (test_kafka_faults_confluent has the other engine, in its own file for xdist):
 publishes with lost replies, duplicated and reordered deliveries, leases ending mid-handler;
 nothing lost, nothing handled twice (with an idempotency store)."""
 
@@ -23,12 +24,3 @@ class TestKafkaPythonFaults(MessagingFaultSuite):
     @pytest.fixture
     def fault_queue_url(self, kafka_broker: EmulatorInfo, unique_name: str) -> str:
         return fault_url(kafka_broker, unique_name, "kafka-python")
-
-
-class TestConfluentFaults(MessagingFaultSuite):
-    fault_count = 300
-
-    @pytest.fixture
-    def fault_queue_url(self, kafka_broker: EmulatorInfo, unique_name: str) -> str:
-        pytest.importorskip("confluent_kafka", reason="engine=confluent needs confluent-kafka")
-        return fault_url(kafka_broker, unique_name, "confluent")

@@ -29,7 +29,13 @@ def record_effect(path: str, body: bytes) -> None:
         f.write(body.decode() + "\n")
 
 
+#: these tests pin kafka-python (its fetcher, its producer's batching); test_kafka_confluent runs the
+#: engine-neutral ones again with ENGINE set to confluent
+ENGINE = "kafka-python"
+
+
 def group_url(broker: EmulatorInfo, name: str, partitions: int = 1, **options: str) -> str:
+    options.setdefault("engine", ENGINE)
     extra = "".join(f"&{k}={v}" for k, v in options.items())
     return (
         f"kafka://{broker.endpoints['bootstrap']}/{name}?group={name}"
@@ -65,13 +71,17 @@ def test_close_commits_only_up_to_the_first_unacked_message(kafka_broker: Emulat
         second.close()
 
 
-def test_a_rebalance_commits_what_is_safe_and_drops_in_flight_messages(
+def test_a_rebalance_commits_what_is_safe_and_the_partition_keeps_or_drops_its_leases(
     kafka_broker: EmulatorInfo, unique_name: str
 ) -> None:
+    """A second member joins while m2 and m4 are in flight (m3 acked above m2). The eager
+    rebalance revokes the one partition and gives it to one of the two members. If it moved, its
+    new owner gets m2, m3, m4 from the safe commit (m2) and the old leases are lost. If it came
+    back, the first member kept its leases: m2 and m4 can still be acked and m3 never comes again."""
     url = group_url(kafka_broker, unique_name)
     with pm.open_topic(url, policy=QUICK) as topic:
         topic.publish_batch([f"m{i}".encode() for i in range(5)])
-    first = pm.open_subscription(url, policy=QUICK)
+    first = pm.open_subscription(url, policy=QUICK, lease=120)
     second = pm.open_subscription(url, policy=QUICK)
     try:
         held = receive_until(first, 5, 20)
@@ -80,6 +90,7 @@ def test_a_rebalance_commits_what_is_safe_and_drops_in_flight_messages(
             held[i].ack()
         seen: list[bytes] = []
         stop = threading.Event()
+        assignments = first._side.assignments  # type: ignore[attr-defined]
 
         def consume(sub: pm.Subscription) -> None:
             while not stop.is_set():
@@ -91,14 +102,23 @@ def test_a_rebalance_commits_what_is_safe_and_drops_in_flight_messages(
         for t in threads:
             t.start()  # the second member joins; both poll, so the group rebalances
         until = time.monotonic() + 30
-        while sorted(seen) != [b"m2", b"m3", b"m4"] and time.monotonic() < until:
+        while time.monotonic() < until and (
+            first._side.assignments == assignments or (second._side._progress and sorted(seen) != [b"m2", b"m3", b"m4"])  # type: ignore[attr-defined]
+        ):
             time.sleep(0.1)
+        time.sleep(1.0)  # anything redelivered by mistake would come now
         stop.set()
         for t in threads:
             t.join(10)
-        assert sorted(seen) == [b"m2", b"m3", b"m4"], f"after the rebalance: {seen}"
-        with pytest.raises(PreconditionFailed):
-            held[2].ack()  # its partition was revoked: the in-flight delivery was dropped
+        assert first._side.assignments > assignments, "no rebalance happened: the test tests nothing"  # type: ignore[attr-defined]
+        if second._side._progress:  # type: ignore[attr-defined]
+            assert sorted(seen) == [b"m2", b"m3", b"m4"], f"moved: {seen}"
+            with pytest.raises(PreconditionFailed):
+                held[2].ack()  # its partition was revoked: the in-flight delivery was dropped
+        else:
+            assert seen == [], f"came back: nothing is delivered again while its leases hold: {seen}"
+            held[2].ack()
+            held[4].ack()
     finally:
         first.close()
         second.close()
@@ -282,7 +302,7 @@ def test_temporary_topics_for_portable_contract_are_removed(kafka_broker: Emulat
 
     from portable.testing.messaging_suite import temporary_url
 
-    base = f"kafka://{kafka_broker.endpoints['bootstrap']}/base?session_timeout_ms=6000"
+    base = f"kafka://{kafka_broker.endpoints['bootstrap']}/base?session_timeout_ms=6000&engine={ENGINE}"
     urls = temporary_url(base, unique_name)
     url = next(urls)
     assert f"/{unique_name}?" in url and f"group={unique_name}" in url
