@@ -145,39 +145,10 @@ def _scheme_of_args(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; return its exit code (0 success, 1 a portable error or a failed object, 2 bad usage).
-
-    Run as the program (``argv`` None: the console script, ``python -m portable``), a
-    storage command ends the process itself once its output is flushed and the
-    ``atexit`` handlers ran (:func:`_end_process`); with ``argv`` given it returns.
-    """
+    """Run the command; return its exit code (0 success, 1 a portable error or a failed object, 2 bad usage)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    code = _run(args)
-    if argv is None and getattr(args, "ends_process", False):
-        _end_process(code)
-    return code
-
-
-def _end_process(code: int) -> None:
-    """Flush, run the atexit handlers, and leave without the interpreter's teardown.
-
-    The obstore engine's Rust runtime sometimes aborts (SIGABRT/SIGBUS, about one
-    run in twenty here) while the interpreter tears down after a command that
-    succeeded, turning exit code 0 into 134. Every thread a storage command
-    started has been joined by now, and the atexit handlers (telemetry export,
-    logging) still run; only the teardown is skipped.
-    """
-    import atexit
-    import os
-
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (BrokenPipeError, ValueError):
-            pass
-    atexit._run_exitfuncs()
-    os._exit(code)
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:

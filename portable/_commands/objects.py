@@ -228,7 +228,7 @@ def register(sub: Any) -> None:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--bucket", help="the bucket of bare KEY arguments (default: the profile's storage)")
         add_output_flags(p, json_help=json_help)
-        p.set_defaults(func=func, ends_process=True)
+        p.set_defaults(func=func)
         return p
 
     p = command("ls", "list objects: ls s3://bucket, ls s3://bucket/prefix/, ls ./dir, ls PREFIX", _cmd_ls,

@@ -221,4 +221,4 @@ def register(sub: Any) -> None:
         p.add_argument("--size-only", action="store_true", help="decide what is already there by size alone")
         add_filters(p)
         add_output_flags(p, json_help="JSON Lines: one line per object, then a {\"summary\": ...} line")
-        p.set_defaults(func=func, ends_process=True)
+        p.set_defaults(func=func)

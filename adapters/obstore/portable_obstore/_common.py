@@ -21,6 +21,7 @@ type (``GenericError``) is classified by the HTTP status in its message.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import datetime as dt
 import io
@@ -210,10 +211,26 @@ def _loop() -> asyncio.AbstractEventLoop:
                 new.call_soon(ready.set)
                 new.run_forever()
 
-            threading.Thread(target=run, name="portable-obstore-loop", daemon=True).start()
+            thread = threading.Thread(target=run, name="portable-obstore-loop", daemon=True)
+            thread.start()
             ready.wait()
             _LOOP = new
+            atexit.register(_stop_loop, new, thread)
         return _LOOP
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """At interpreter exit: stop the shared loop and wait for its thread (a few seconds at most).
+
+    Left running, the daemon thread is frozen wherever it is when the interpreter tears
+    down, sometimes inside obstore's Rust code, which then aborts the process (SIGABRT,
+    exit 134) after a program that succeeded.
+    """
+    global _LOOP
+    _LOOP = None
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5.0)
 
 
 def run_on_loop(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
