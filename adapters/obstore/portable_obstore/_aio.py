@@ -191,8 +191,11 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
         return gate
 
     # -- whole objects ----------------------------------------------------
+    # get and put take a slot written out (the gate's __aenter__/__aexit__ are two coroutines)
     async def get(self, key: str) -> bytes:
-        gate = self._gate()
+        last_loop, gate = self._last_gate
+        if last_loop() is not asyncio.get_running_loop():
+            gate = self._gate()
         if gate.free:
             gate.free -= 1
         else:
@@ -200,7 +203,10 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
         try:
             return await read_whole_async(self._store, self._root + key)
         finally:
-            gate.release()
+            if gate.waiters:
+                gate.release()
+            else:
+                gate.free += 1
 
     async def get_range(self, key: str, start: int, end: int | None) -> bytes:
         options: dict[str, Any] = {"range": {"offset": start} if end is None else (start, end)}
@@ -225,7 +231,9 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
             arguments = self.sync._put_arguments(options)  # what sync.put and sync._aput send
             if options == _PLAIN:  # the common put: its arguments never change, so they are kept
                 self._plain, self._plain_arguments = options, arguments
-        gate = self._gate()
+        last_loop, gate = self._last_gate
+        if last_loop() is not asyncio.get_running_loop():
+            gate = self._gate()
         if gate.free:
             gate.free -= 1
         else:
@@ -233,7 +241,10 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
         try:
             result = await obstore.put_async(self._store, self._root + key, data, **arguments)
         finally:
-            gate.release()
+            if gate.waiters:
+                gate.release()
+            else:
+                gate.free += 1
         return self._etag_of(result)
 
     async def delete(self, key: str) -> None:
