@@ -35,6 +35,15 @@ round, portable's rate over the peer's of the same round):
 Each table also gives the CPU microseconds per operation of this process (all
 its threads), which a busy machine disturbs less than the rates.
 
+Instruction counts (load-independent, for comparing code changes on a busy machine): one
+contestant's ``--op`` once, ``--count`` objects, under callgrind, which collects only that op::
+
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/cg.out \
+        .venv/bin/python bench/aio_bench.py --instructions "gather(AsyncBucket.put/get) [obstore]" --count 1000
+
+valgrind's "Collected" line divided by the count is the instructions per operation (all threads, user
+space only: the kernel's share of a request and cross-thread wake-ups are not in it).
+
 Targets (issue 16): the obstore engine's AsyncBucket >= 1.0x obstore's async
 API; the fsspec engine's >= 0.95x aiobotocore. Each is decided by a paired
 run after its table: the two contestants alone, alternating, twice the rounds. Writes bench/results/aio.md and
@@ -323,6 +332,31 @@ def fan_out(urls: dict[str, str], n: int) -> list[dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------- instruction counts
+def instructions(groups: dict[str, list[Contestant]], name: str, op: str, count: int) -> int:
+    """``name``'s ``op`` of ``count`` objects once, with callgrind collecting only it (``--instructions``)."""
+    import subprocess
+
+    everyone = {c.name: c for cs in groups.values() for c in cs}
+    if name not in everyone:
+        raise SystemExit(f"no contestant {name!r}; one of: {', '.join(everyone)}")
+    chosen = everyone[name]
+    items = {f"obj-{i:05d}": os.urandom(KIB) for i in range(count)}
+    chosen.put(items)  # connections warm, the objects there for a get
+
+    def collect(state: str) -> None:
+        subprocess.run(["callgrind_control", "-i", state, str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
+        time.sleep(0.5)  # callgrind reads the command at its next check
+
+    collect("on")
+    chosen.put(items) if op == "put" else chosen.get(list(items))
+    collect("off")
+    for c in everyone.values():
+        c.close()
+    print(f"{name} {op} x {count}: valgrind's 'Collected' / {count} = instructions per operation", flush=True)
+    return 0
+
+
 # ---------------------------------------------------------------- main
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -333,6 +367,8 @@ def main() -> int:
                         help="only this engine's section (repeatable; default both); writes aio-partial.*")
     parser.add_argument("--op", action="append", choices=["put", "get"], default=None,
                         help="only this operation (repeatable; default both); writes aio-partial.*")
+    parser.add_argument("--instructions", metavar="CONTESTANT", default=None,
+                        help="run CONTESTANT's --op (default put) once, collected by callgrind (see above)")
     args = parser.parse_args()
     partial = bool(args.group or args.op)
     ops = tuple(args.op or ("put", "get"))
@@ -359,6 +395,8 @@ def main() -> int:
                                       S3CallerLoopStorage),
                        aiobotocore_peer(target, f"{run}-aiobotocore/")],
         }
+        if args.instructions:
+            return instructions(groups, args.instructions, ops[0], count)
         for group, contestants in groups.items():
             if args.group and group not in args.group:
                 for c in contestants:

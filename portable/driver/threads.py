@@ -168,14 +168,19 @@ def _lane(loop: asyncio.AbstractEventLoop) -> _Lane:
 
 
 class _Hop(Generic[R]):
-    """One :func:`run_on_loop` call: started on the driver's loop, its outcome delivered to the caller's."""
+    """One :func:`run_on_loop` call: started on the driver's loop, its outcome delivered to the caller's.
 
-    __slots__ = ("args", "cancelled", "ctx", "fn", "future", "task")
+    It holds both lanes (the driver loop's, which starts it, and the caller
+    loop's, which takes its outcome back), found once when it is made: the
+    outcome goes back without another lookup.
+    """
+
+    __slots__ = ("args", "back", "cancelled", "ctx", "fn", "future", "task")
 
     def __init__(
-        self, fn: Callable[..., Coroutine[Any, Any, R]], args: tuple[Any, ...], future: asyncio.Future[R]
+        self, fn: Callable[..., Coroutine[Any, Any, R]], args: tuple[Any, ...], future: asyncio.Future[R], back: _Lane
     ) -> None:
-        self.fn, self.args, self.future = fn, args, future
+        self.fn, self.args, self.future, self.back = fn, args, future, back
         self.ctx = contextvars.copy_context()
         self.task: asyncio.Task[R] | None = None
         self.cancelled = False
@@ -187,13 +192,20 @@ class _Hop(Generic[R]):
         try:
             self.task = task = loop.create_task(self.fn(*self.args), context=self.ctx)
         except BaseException as exc:  # fn(*args) raised before it made a coroutine (a wrong argument)
-            _deliver(self.future, _Failed(exc))
+            self._deliver(loop, _Failed(exc))
             return
         task.add_done_callback(self.finish)
 
     def finish(self, task: asyncio.Task[R]) -> None:
         """On the driver's loop: hand the task's outcome to the caller's loop."""
-        _deliver(self.future, task)
+        self._deliver(task.get_loop(), task)
+
+    def _deliver(self, here: asyncio.AbstractEventLoop, outcome: asyncio.Task[R] | _Failed) -> None:
+        """On the driver's loop ``here``: send ``outcome`` to the caller's loop with the others of this iteration."""
+        back = self.back
+        if back.loop.is_closed():
+            return  # the caller's loop is gone: nobody waits for this outcome
+        back.push_from(here, _settle, (self.future, outcome))
 
     def cancel(self, _: object = None) -> None:
         """On the driver's loop: the caller was cancelled; cancel the task, or never start it."""
@@ -215,14 +227,6 @@ class _Failed:
 
     def exception(self) -> BaseException:
         return self.exc
-
-
-def _deliver(future: asyncio.Future[Any], outcome: asyncio.Task[Any] | _Failed) -> None:
-    """On the driver's loop: send ``outcome`` to the caller's loop with the others of this iteration."""
-    loop = future.get_loop()
-    if loop.is_closed():
-        return  # the caller's loop is gone: nobody waits for this outcome
-    _lane(loop).push_from(asyncio.get_running_loop(), _settle, (future, outcome))
 
 
 def _settle(pair: tuple[asyncio.Future[Any], asyncio.Task[Any] | _Failed]) -> None:
@@ -262,14 +266,18 @@ async def run_on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Corouti
     if here is loop:
         return await fn(*args)
     future: asyncio.Future[R] = here.create_future()
-    hop = _Hop(fn, args, future)
-    _lane(loop).push(hop.start, loop)
+    try:
+        back, there = _lanes[here], _lanes[loop]
+    except KeyError:
+        back, there = _lane(here), _lane(loop)
+    hop = _Hop(fn, args, future, back)
+    there.push(hop.start, loop)
     try:
         return await future
     except asyncio.CancelledError:
         if future.cancelled() and (hop.task is None or not hop.task.done()):
             with contextlib.suppress(RuntimeError):  # the driver's loop is closed: nothing runs there
-                _lane(loop).push(hop.cancel, None)
+                there.push(hop.cancel, None)
         raise
 
 

@@ -22,7 +22,7 @@ from ..telemetry._observe import (
     start_scopes,
 )
 from ._attempts import Attempts, names_a_strategy
-from ._breaker import CircuitBreaker, breaker_for
+from ._breaker import _CLOSED, CircuitBreaker, breaker_for
 from ._budget import EndpointRetryBudget, retry_budget_for
 from ._deadline import (
     ATTEMPT_LIMIT,
@@ -268,7 +268,9 @@ class Guard:
                 breaker = self._breakers[op_class]
             except KeyError:
                 breaker = self.breaker(op_class)
-            probe = breaker.before_call() if breaker is not None else 0
+            # a closed breaker's before_call and record(True), written out: two Python calls less
+            # per call (the outcome is the same: 0, no probe; a success appended to the window)
+            probe = 0 if breaker is None or breaker.state is _CLOSED else breaker.before_call()
             self._note_call()
             try:
                 if at is None and (limits is None or self._policy.retry.timeout is None):
@@ -283,7 +285,10 @@ class Guard:
                     breaker.abandon(probe)  # type: ignore[union-attr]
                 raise
             if breaker is not None:
-                breaker.record(True, probe)
+                if not probe and breaker.state is _CLOSED:
+                    breaker._outcomes.append(True)  # CircuitBreaker.record's closed-success path
+                else:
+                    breaker.record(True, probe)
             return result
         finally:
             if limits is not None:

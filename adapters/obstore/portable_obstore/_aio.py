@@ -52,6 +52,10 @@ __all__ = ["MAX_IN_FLIGHT", "ObstoreAsyncStorage", "as_finished"]
 #: single-object requests one async driver hands to obstore at once, per event loop
 MAX_IN_FLIGHT = 64
 
+#: the options of a plain write (no header, metadata or condition), which a driver's put caches the
+#: arguments of
+_PLAIN = WriteOptions()
+
 A = TypeVar("A")
 R = TypeVar("R")
 
@@ -96,6 +100,61 @@ async def as_finished(
             task.cancel()
 
 
+class _Gate:
+    """At most ``size`` requests in flight on one event loop: an ``asyncio.Semaphore`` without its cost.
+
+    ``async with semaphore`` runs two coroutines (``__aenter__``, ``__aexit__``)
+    per request even when a slot is free; a request here takes a free slot with
+    one comparison (``if gate.free: gate.free -= 1``) and awaits :meth:`wait`
+    only when every slot is taken. A freed slot is handed to the oldest waiter
+    directly (first come, first served); a waiter cancelled after it was handed
+    one passes it on, so a cancel never leaks a slot. One loop's tasks only
+    (no lock: the loop runs one callback at a time). ``async with gate``
+    takes and gives back a slot too (the calls less hot than get and put).
+    """
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def wait(self) -> None:
+        """Wait for a slot (when ``free`` is 0); the slot is the caller's when this returns."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot as it was cancelled: the next waiter has it
+            raise
+
+    async def __aenter__(self) -> None:
+        if self.free:
+            self.free -= 1
+        else:
+            await self.wait()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Give a slot back: to the oldest waiter still waiting, else to ``free``."""
+        waiters = self.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
+
+
+def _no_loop() -> None:
+    """The "last loop" of a driver no loop has called yet."""
+    return None
+
+
 class ObstoreAsyncStorage(AsyncStorageDriver):
     """The async twin of an obstore driver: its store, its hooks, obstore's coroutines.
 
@@ -111,22 +170,43 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
         super().__init__(sync)
         self._store = sync.store
         self._root = sync._root
-        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Gate] = weakref.WeakKeyDictionary()
+        #: the last loop that called (a weak reference) and its gate: one call to find it, not a WeakKeyDictionary's
+        self._last_gate: tuple[Callable[[], asyncio.AbstractEventLoop | None], _Gate] = (_no_loop, _Gate(0))
+        self._etag_of = sync.etag_of
+        #: the last plain WriteOptions seen and obstore's put arguments for it (the sync driver's own)
+        self._plain: WriteOptions | None = None
+        self._plain_arguments: dict[str, Any] = {}
 
-    def _gate(self) -> asyncio.Semaphore:
+    def _gate(self) -> _Gate:
         """This loop's bound on the requests in flight (:data:`MAX_IN_FLIGHT`)."""
         loop = asyncio.get_running_loop()
-        gate = self._gates.get(loop)
-        if gate is None:
-            gate = self._gates[loop] = asyncio.Semaphore(MAX_IN_FLIGHT)
+        last_loop, gate = self._last_gate
+        if last_loop() is not loop:  # another loop than the last call's (the common case is one loop)
+            found = self._gates.get(loop)
+            if found is None:
+                found = self._gates[loop] = _Gate(MAX_IN_FLIGHT)
+            gate = found
+            self._last_gate = (weakref.ref(loop), gate)
         return gate
 
     # -- whole objects ----------------------------------------------------
+    # get and put take a slot written out (the gate's __aenter__/__aexit__ are two coroutines)
     async def get(self, key: str) -> bytes:
-        async with self._gate():
+        last_loop, gate = self._last_gate
+        if last_loop() is not asyncio.get_running_loop():
+            gate = self._gate()
+        if gate.free:
+            gate.free -= 1
+        else:
+            await gate.wait()
+        try:
             return await read_whole_async(self._store, self._root + key)
+        finally:
+            if gate.waiters:
+                gate.release()
+            else:
+                gate.free += 1
 
     async def get_range(self, key: str, start: int, end: int | None) -> bytes:
         options: dict[str, Any] = {"range": {"offset": start} if end is None else (start, end)}
@@ -143,10 +223,29 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
             return await self.sync._ahead(key)
 
     async def put(self, key: str, data: bytes, options: WriteOptions) -> str | None:
-        if self.sync.signs_itself(options):
-            return await run_blocking(self.sync.put, key, data, options)  # a request obstore cannot send
-        async with self._gate():
-            return await self.sync._aput(key, data, options)
+        if options is self._plain:
+            arguments = self._plain_arguments
+        else:
+            if self.sync.signs_itself(options):
+                return await run_blocking(self.sync.put, key, data, options)  # a request obstore cannot send
+            arguments = self.sync._put_arguments(options)  # what sync.put and sync._aput send
+            if options == _PLAIN:  # the common put: its arguments never change, so they are kept
+                self._plain, self._plain_arguments = options, arguments
+        last_loop, gate = self._last_gate
+        if last_loop() is not asyncio.get_running_loop():
+            gate = self._gate()
+        if gate.free:
+            gate.free -= 1
+        else:
+            await gate.wait()
+        try:
+            result = await obstore.put_async(self._store, self._root + key, data, **arguments)
+        finally:
+            if gate.waiters:
+                gate.release()
+            else:
+                gate.free += 1
+        return self._etag_of(result)
 
     async def delete(self, key: str) -> None:
         try:
