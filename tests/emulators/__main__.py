@@ -18,7 +18,6 @@ from typing import Any
 from . import EMULATORS, create
 from .harness import (
     STATE_DIR,
-    Emulator,
     EmulatorError,
     ProcessRecord,
     is_listening,
