@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from ..errors import ErrorCode
 
-__all__ = ["HTTP_STATUS_CODES", "code_of_status", "normal_etag", "range_header"]
+__all__ = ["HTTP_STATUS_CODES", "code_of_status", "listed_parts", "md5_of_etag", "normal_etag", "range_header"]
 
 #: What an HTTP error status means wherever a provider gives it no other meaning.
 HTTP_STATUS_CODES: Mapping[int, ErrorCode] = {
@@ -78,3 +78,27 @@ def normal_etag(value: object) -> str | None:
     if text.startswith('"') or text.startswith('W/"'):
         return text
     return f'"{text.strip(chr(34))}"'
+
+
+def md5_of_etag(etag: str | None) -> bytes | None:
+    """The MD5 an S3 part's (or single-part object's) ETag is, where it is one (32 hex digits), else None."""
+    bare = (etag or "").strip().strip('"')
+    if len(bare) != 32:
+        return None
+    try:
+        return bytes.fromhex(bare)
+    except ValueError:
+        return None
+
+
+def listed_parts(found: Mapping[int, tuple[int, str]]) -> list[tuple[int, int, bytes | None, str]]:
+    """S3's ListParts answer (part number -> (size, ETag)) as the parts a resumed upload keeps:
+    ``(offset, size, md5, etag)`` from part 1 up to the first gap, the etag in :func:`normal_etag`'s form."""
+    kept: list[tuple[int, int, bytes | None, str]] = []
+    offset, number = 0, 1
+    while number in found:
+        size, etag = found[number]
+        kept.append((offset, size, md5_of_etag(etag), normal_etag(etag) or etag))
+        offset += size
+        number += 1
+    return kept

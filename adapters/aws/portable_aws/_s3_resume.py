@@ -11,24 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from portable.driver.http import normal_etag
+from portable.driver.http import listed_parts, md5_of_etag, normal_etag
 from portable.driver.storage import PersistedPart, ResumableWriteStream, WriteOptions
 
 if TYPE_CHECKING:
     from .s3 import S3Storage
 
-__all__ = ["S3ResumableWrite", "md5_of_etag"]
-
-
-def md5_of_etag(etag: str | None) -> bytes | None:
-    """The MD5 a part's ETag is, where it is one (32 hex digits), else None."""
-    bare = (etag or "").strip().strip('"')
-    if len(bare) != 32:
-        return None
-    try:
-        return bytes.fromhex(bare)
-    except ValueError:
-        return None
+__all__ = ["S3ResumableWrite"]
 
 
 class S3ResumableWrite(ResumableWriteStream):
@@ -77,13 +66,9 @@ class S3ResumableWrite(ResumableWriteStream):
             if not resp.get("IsTruncated") or not following or following == parts_kwargs.get("PartNumberMarker"):
                 break
             parts_kwargs["PartNumberMarker"] = following
-        offset, number = 0, 1
-        while number in found:
-            size, etag = found[number]
-            self.persisted.append(PersistedPart(offset, size, md5_of_etag(etag)))
-            self._etags.append(normal_etag(etag) or etag)
-            offset += size
-            number += 1
+        for offset, size, md5, etag in listed_parts(found):
+            self.persisted.append(PersistedPart(offset, size, md5))
+            self._etags.append(etag)
 
     def keep(self, count: int) -> None:
         # Parts after ``count`` are overwritten by number, or left out of the Complete (S3 drops them).

@@ -18,10 +18,10 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
 from typing import Protocol
 
-from portable.driver.http import normal_etag
+from portable.driver.http import listed_parts, md5_of_etag, normal_etag
 from portable.driver.storage import PersistedPart, ResumableWriteStream, WriteOptions
 
-__all__ = ["CompleteFailed", "S3ResumableWrite", "md5_of_etag"]
+__all__ = ["CompleteFailed", "S3ResumableWrite"]
 
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 
@@ -51,17 +51,6 @@ class CompleteFailed(Exception):
         super().__init__(f"CompleteMultipartUpload failed: {code}: {message}")
         self.status = 500 if code in ("InternalError", "SlowDown") else 400
         self.code = code
-
-
-def md5_of_etag(etag: str | None) -> bytes | None:
-    """The MD5 a part's ETag is, where it is one (32 hex digits), else None."""
-    bare = (etag or "").strip().strip('"')
-    if len(bare) != 32:
-        return None
-    try:
-        return bytes.fromhex(bare)
-    except ValueError:
-        return None
 
 
 def _text(node: ET.Element, name: str) -> str:
@@ -110,14 +99,9 @@ class S3ResumableWrite(ResumableWriteStream):
             if _text(root, "IsTruncated") != "true" or not following or following == marker:
                 break
             marker = following
-        offset = 0
-        number = 1
-        while number in found:
-            size, etag = found[number]
-            self.persisted.append(PersistedPart(offset, size, md5_of_etag(etag)))
-            self._etags.append(normal_etag(etag) or etag)
-            offset += size
-            number += 1
+        for offset, size, md5, etag in listed_parts(found):
+            self.persisted.append(PersistedPart(offset, size, md5))
+            self._etags.append(etag)
 
     def keep(self, count: int) -> None:
         # Parts after ``count`` are overwritten by number, or left out of the Complete (S3 drops them).
