@@ -102,7 +102,7 @@ import stat
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from ..driver.storage import (
     ListPage,
@@ -149,6 +149,30 @@ _LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
 
 def _etag_of(st: os.stat_result) -> str:
     return f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"'
+
+
+def _sidecar_record(dir_fd: int, name: str, etag: str) -> dict[str, Any] | None:
+    """The sidecar record of version ``etag`` of the object file ``name``, or None.
+
+    A sidecar holds its own version's record and, under ``previous``, the
+    record of the version it replaces: a write killed after installing its
+    sidecar and before installing its body leaves the new sidecar beside the
+    old body, which still finds its metadata there.
+    """
+    try:
+        fd = os.open(_SIDECAR_PREFIX + name, _READ_FLAGS, dir_fd=dir_fd)
+        with os.fdopen(fd, "rb") as fh:
+            found = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None  # no sidecar, or not one of ours
+    if not isinstance(found, dict):
+        return None
+    if found.get("etag") != etag:
+        found = found.get("previous")
+        if not isinstance(found, dict) or found.get("etag") != etag:
+            return None
+    found.pop("previous", None)
+    return found
 
 
 def _modified_of(st: os.stat_result) -> dt.datetime:
@@ -364,14 +388,9 @@ class FileStorage(StorageDriver):
     def _read_sidecar(dir_fd: int, name: str, etag: str) -> tuple[dict[str, str], dict[str, str]]:
         """The headers and metadata in the sidecar of the object file ``name``, if it belongs to
         this version of it (``etag``); else none."""
-        try:
-            fd = os.open(_SIDECAR_PREFIX + name, _READ_FLAGS, dir_fd=dir_fd)
-            with os.fdopen(fd, "rb") as fh:
-                found = json.loads(fh.read())
-        except (OSError, ValueError):
-            return {}, {}  # no sidecar, or not one of ours
-        if not isinstance(found, dict) or found.get("etag") != etag:
-            return {}, {}  # one that belongs to an earlier version: no metadata
+        found = _sidecar_record(dir_fd, name, etag)
+        if found is None:
+            return {}, {}  # no sidecar, or one of another version: no metadata
         headers = {f: v for f in _SIDECAR_FIELDS if isinstance(v := found.get(f), str)}
         meta = found.get("metadata")
         metadata = {k: v for k, v in meta.items() if isinstance(v, str)} if isinstance(meta, dict) else {}
@@ -431,10 +450,10 @@ class FileStorage(StorageDriver):
         """Move a finished temporary file into place, honouring the conditions."""
         name = key.rpartition("/")[2]
         etag = _etag_of(st)
-        sidecar = None
+        record: dict[str, object] | None = None
         fields = {f: getattr(options, f) for f in _SIDECAR_FIELDS if getattr(options, f) is not None}
         if fields or options.metadata:
-            sidecar = json.dumps({"etag": etag, **fields, "metadata": dict(options.metadata)}).encode()
+            record = {"etag": etag, **fields, "metadata": dict(options.metadata)}
         with self._locked(dir_fd):
             try:
                 current = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -450,15 +469,19 @@ class FileStorage(StorageDriver):
             if options.if_match is not None and current_etag != options.if_match:
                 raise PreconditionFailed(f"{key!r} does not have etag {options.if_match}", provider=self.scheme)
             sidecar_name = _SIDECAR_PREFIX + name
-            if sidecar is not None:
+            if record is not None:
+                # The sidecar goes in before the body, so a reader never sees the
+                # new body without its metadata; it keeps the current version's
+                # record, so a write killed between the two renames leaves the old
+                # object with its own metadata (not a torn pair).
+                old = _sidecar_record(dir_fd, name, current_etag) if current_etag is not None else None
+                if old is not None:
+                    record["previous"] = old
                 sidecar_temp = temp[:_TEMP_HEAD] + ".meta"
                 fd = os.open(sidecar_temp, _CREATE_FLAGS | os.O_TRUNC, 0o600, dir_fd=dir_fd)
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(sidecar)
+                    fh.write(json.dumps(record).encode())
                 os.replace(sidecar_temp, sidecar_name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(sidecar_name, dir_fd=dir_fd)
             try:
                 os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except FileNotFoundError:
@@ -473,6 +496,11 @@ class FileStorage(StorageDriver):
                 if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                     raise self._file_folder_clash(key) from None
                 raise
+            if record is None:
+                # After the body, so a kill in between leaves the old object its metadata;
+                # a stale sidecar names another etag and is ignored until then.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(sidecar_name, dir_fd=dir_fd)
             if self._fsync:
                 os.fsync(dir_fd)
         return etag
