@@ -69,7 +69,13 @@ def message_id_text(mid: Any) -> str:
 class _PulsarDelivery(Delivery):
     """One delivery: the Message the application gets and this process's lease of it, in one
     object (a consumer handles many thousands a second; the Subscription hands it out as it is).
-    ``_handle`` is an int token, new for every delivery, so a stale handle finds nothing."""
+    ``_handle`` is an int token, new for every delivery, so a stale handle finds nothing.
+
+    Only the lease fields are set when it is made. Every field of the message (body,
+    properties, key, attempt, id, publish time, headers) is read from the native message
+    the first time it is asked for, then kept (:meth:`__getattr__`): a receive + ack loop
+    that never reads them makes no Python objects for them (they are half of the cost of
+    a message on the receiving side)."""
 
     __slots__ = ("deadline", "native", "status")
 
@@ -78,47 +84,46 @@ class _PulsarDelivery(Delivery):
     status: int  # _LEASED or _DELAYED
 
     def __init__(self, native: Any, token: int, deadline: float) -> None:
-        # id, publish_time and headers are read from the native message when first asked for
-        # (a receive + ack loop never asks): three fewer objects per message
-        self._body = native.data()
-        self._attributes = native.properties()
-        self._key = native.partition_key() or None
-        self._key_bytes = None
-        self._tombstone = False
-        self._attempt = native.redelivery_count() + 1
         self._handle = token
         self.native = native
         self.deadline = deadline
         self.status = _LEASED
 
-    @property
-    def id(self) -> str:
-        try:
-            return self._id
-        except AttributeError:
-            mid = self.native.message_id()
-            self._id = f"{mid.ledger_id()}:{mid.entry_id()}:{mid.partition()}:{mid.batch_index()}"
-            return self._id
-
-    @property
-    def publish_time(self) -> dt.datetime:
-        try:
-            return self._published
-        except AttributeError:
-            self._published = _fromtimestamp(self.native.publish_timestamp() / 1000.0, _UTC)
-            return self._published
-
-    @property
-    def headers(self) -> tuple[tuple[str, bytes], ...]:
-        """The message's properties as ``(name, UTF-8 bytes)`` pairs, sorted by name (Pulsar keeps no order)."""
-        try:
-            return self._headers
-        except AttributeError:
-            self._headers = tuple([(name, value.encode()) for name, value in self._attributes.items()])
-            return self._headers
+    def __getattr__(self, name: str) -> Any:
+        # called only for a slot not set yet: read that field from the native message, once
+        read = _LAZY.get(name)
+        if read is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = read(self)
+        setattr(self, name, value)
+        return value
 
     def __repr__(self) -> str:
         return f"Message(id={self.id!r}, key={self._key!r}, attempt={self._attempt}, bytes={len(self._body)}, state={self._state})"
+
+
+def _read_id(d: _PulsarDelivery) -> str:
+    mid = d.native.message_id()
+    return f"{mid.ledger_id()}:{mid.entry_id()}:{mid.partition()}:{mid.batch_index()}"
+
+
+def _read_headers(d: _PulsarDelivery) -> tuple[tuple[str, bytes], ...]:
+    """The properties as ``(name, UTF-8 bytes)`` pairs, sorted by name (Pulsar keeps no order)."""
+    return tuple([(name, value.encode()) for name, value in sorted(d._attributes.items())])
+
+
+#: how each field of a delivery is read from its native message, the first time it is asked for
+_LAZY: dict[str, Any] = {
+    "_body": lambda d: d.native.data(),
+    "_attributes": lambda d: d.native.properties(),
+    "_key": lambda d: d.native.partition_key() or None,
+    "_attempt": lambda d: d.native.redelivery_count() + 1,
+    "_id": _read_id,
+    "_published": lambda d: _fromtimestamp(d.native.publish_timestamp() / 1000.0, _UTC),
+    "_headers": _read_headers,
+    "_key_bytes": lambda d: None,  # Pulsar keys are text: key_bytes is the UTF-8 of key
+    "_tombstone": lambda d: False,
+}
 
 
 class PulsarSubscription(SubscriptionDriver):
