@@ -42,6 +42,7 @@ every known difference from the contract: docs/adapters/pulsar.md.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import urllib.error
@@ -320,23 +321,22 @@ class PulsarTopic(TopicDriver):
 
     def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
         batch = list(messages)
-        out: list[str | BaseException] = [""] * len(batch)
-        left = [len(batch)]
-        lock = threading.Lock()
+        size = len(batch)
+        out: list[str | BaseException] = [""] * size
+        if not size:
+            return out
+        # next() of a count is atomic (the GIL), so the receipts need no lock: the one
+        # that counts the last message (a receipt, or a refusal here) sets done
+        settled = itertools.count(1).__next__
         done = threading.Event()
         ok = self._ok
 
         def callback(index: int) -> Any:
             def sent(result: Any, mid: Any) -> None:
-                out[index] = (
-                    f"{mid.ledger_id()}:{mid.entry_id()}:{mid.partition()}:{mid.batch_index()}"
-                    if result == ok
-                    else PulsarSendError(result)
-                )
-                with lock:
-                    left[0] -= 1
-                    if not left[0]:
-                        done.set()
+                # str(MessageId) is "(ledger,entry,partition,batch_index)": one call instead of four
+                out[index] = str(mid)[1:-1].replace(",", ":") if result == ok else PulsarSendError(result)
+                if settled() == size:
+                    done.set()
 
             return sent
 
@@ -346,11 +346,8 @@ class PulsarTopic(TopicDriver):
                 send(message, callback(index))
             except Exception as exc:  # refused by the client before it queued the message
                 out[index] = exc
-                with lock:
-                    left[0] -= 1
-        with lock:
-            if not left[0]:
-                done.set()
+                if settled() == size:
+                    done.set()
         self.producer.flush()
         done.wait()
         return out
