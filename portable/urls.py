@@ -43,7 +43,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -389,10 +391,40 @@ def parse_url(url: str | ParsedURL) -> ParsedURL:
     )
 
 
-def _entry_point_table(domain: str) -> dict[str, Any]:
-    from importlib.metadata import entry_points  # ~25 ms: only when a URL is opened
+#: The entry points of each group, with the state of the import path they were read from.
+_EP_CACHE: dict[str, tuple[tuple[object, ...], dict[str, Any]]] = {}
 
-    return {ep.name: ep for ep in entry_points(group=_GROUPS[domain])}
+
+def _path_state() -> tuple[object, ...]:
+    """What decides which distributions are installed: the path, and when each folder on it changed."""
+    import importlib.metadata
+
+    state: list[object] = [id(importlib.metadata.entry_points)]
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, None))
+    return tuple(state)
+
+
+def _entry_point_table(domain: str) -> dict[str, Any]:
+    """The installed entry points of ``domain``'s group, by name.
+
+    Reading them scans every distribution's metadata (~7-25 ms), which every
+    ``open_*`` of an adapter's scheme used to pay; they are read again only
+    when the import path changes (a folder added, or a package installed or
+    removed in one of its folders).
+    """
+    import importlib.metadata
+
+    state = _path_state()
+    cached = _EP_CACHE.get(domain)
+    if cached is not None and cached[0] == state:
+        return cached[1]
+    table = {ep.name: ep for ep in importlib.metadata.entry_points(group=_GROUPS[domain])}
+    _EP_CACHE[domain] = (state, table)
+    return table
 
 
 def known_schemes(domain: Domain) -> list[str]:
