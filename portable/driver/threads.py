@@ -305,6 +305,8 @@ class PerLoop(Generic[C]):
         self._make = make
         self._close = close
         self._tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[C]] = {}
+        #: the clients made, by loop: what :meth:`ready` reads without a lock or an await
+        self._made: dict[asyncio.AbstractEventLoop, C] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -314,6 +316,13 @@ class PerLoop(Generic[C]):
     def __contains__(self, loop: object) -> bool:
         return loop in self._tasks
 
+    def ready(self) -> C | None:
+        """The running loop's client if it is made (and this is not closed), else None: no await, no lock.
+
+        The hot path's check: a call that gets None awaits :meth:`get`.
+        """
+        return self._made.get(asyncio.get_running_loop())
+
     async def get(self) -> C:
         """The running loop's client."""
         loop = asyncio.get_running_loop()
@@ -322,11 +331,16 @@ class PerLoop(Generic[C]):
             if task is None:
                 if self._closed:
                     raise Unavailable("this async driver is closed (aclose was called)")
+                self._forget_closed_loops()
                 task = self._tasks[loop] = loop.create_task(self._new())
         if task.done() and not task.cancelled() and task.exception() is None:
             return task.result()  # the common case: no shield, no new future
         try:
-            return await asyncio.shield(task)
+            client = await asyncio.shield(task)
+            with self._lock:
+                if self._tasks.get(loop) is task:
+                    self._made[loop] = client
+            return client
         except asyncio.CancelledError:
             raise
         except BaseException:
@@ -335,6 +349,16 @@ class PerLoop(Generic[C]):
                     del self._tasks[loop]  # the next call tries again
             raise
 
+    def _forget_closed_loops(self) -> None:
+        """Drop the clients of loops closed without an ``aclose`` (``asyncio.run`` after ``asyncio.run``).
+
+        A closed loop's client cannot be closed any more; dropping it lets the
+        collector free it instead of holding one per dead loop. Under the lock.
+        """
+        for loop in [loop for loop in self._tasks if loop.is_closed()]:
+            del self._tasks[loop]
+            self._made.pop(loop, None)
+
     async def _new(self) -> C:
         return await self._make()
 
@@ -342,6 +366,7 @@ class PerLoop(Generic[C]):
         """Close the calling loop's client and those of other loops still running."""
         with self._lock:
             tasks, self._tasks = self._tasks, {}
+            self._made = {}
             self._closed = True
         here = asyncio.get_running_loop()
         for loop, task in tasks.items():

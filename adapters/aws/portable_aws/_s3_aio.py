@@ -32,6 +32,7 @@ synchronous).
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from portable.driver.aio_storage import AsyncStorageDriver, AsyncWriteStream
 from portable.driver.storage import ListPage, ObjectInfo, WriteOptions
-from portable.driver.threads import run_on_loop
+from portable.driver.threads import PerLoop, run_on_loop
 
 if TYPE_CHECKING:
     from .s3 import S3Storage, _S3Write
@@ -50,7 +51,14 @@ T = TypeVar("T")
 
 
 class S3AsyncStorage(AsyncStorageDriver):
-    """The async twin of :class:`~portable_aws.s3.S3Storage`: the same coroutines, on s3fs's loop."""
+    """The async twin of :class:`~portable_aws.s3.S3Storage`: the same coroutines, on the caller's loop.
+
+    Single-object calls run the sync driver's coroutines on a *view* of it
+    (a shallow copy whose s3fs filesystem and aiobotocore client were made on
+    the calling loop, :class:`~portable.driver.threads.PerLoop`): one await, no
+    hop. Batches, streamed writes, ``signed_url`` and ``abort_incomplete`` hop
+    to s3fs's loop (``run_on_loop``) and share the sync driver's client.
+    """
 
     native = True
     sync: S3Storage
@@ -58,31 +66,77 @@ class S3AsyncStorage(AsyncStorageDriver):
     def __init__(self, sync: S3Storage) -> None:
         super().__init__(sync)
         self._loop = sync._loop
+        self._views: PerLoop[S3Storage] = PerLoop(self._new_view, _close_view)
+        self._ready = self._views.ready
 
-    # get and put return run_on_loop's coroutine instead of awaiting it in one of their own: one
+    # -- the calling loop's view of the sync driver ---------------------------------
+    async def _new_view(self) -> S3Storage:
+        """A shallow copy of the sync driver with an s3fs filesystem and client of the running loop.
+
+        The same client and configuration arguments as the sync driver's
+        (endpoint, credentials, timeouts, pool, retries off, addressing), so
+        the same requests and errors; only the loop they belong to differs.
+        """
+        import s3fs  # type: ignore[import-untyped]
+
+        from .s3 import _list_keys_as_sent
+
+        sync = self.sync
+        fs = sync.fs
+        own = s3fs.S3FileSystem(
+            client_kwargs=fs.client_kwargs, config_kwargs=fs.config_kwargs, skip_instance_cache=True,
+            use_listings_cache=False, cache_regions=False, max_concurrency=1, asynchronous=True,
+            loop=asyncio.get_running_loop(),
+            **({"profile": sync.options.profile} if sync.options.profile else {}),
+        )
+        own.retries = 1
+        client = await own.set_session()
+        _list_keys_as_sent(client)
+        view = copy.copy(sync)
+        view.fs, view._client, view._loop = own, client, asyncio.get_running_loop()
+        return view
+
+    async def _view(self) -> S3Storage:
+        """The running loop's view (made on its first call); the sync driver itself on s3fs's own loop."""
+        if asyncio.get_running_loop() is self._loop:
+            return self.sync  # its client belongs to this loop already
+        return await self._views.get()
+
+    # get and put return the view's coroutine instead of awaiting it in one of their own: one
     # coroutine less per call on the hottest paths (the caller awaits the same thing)
     def get(self, key: str) -> Coroutine[Any, Any, bytes]:
-        return run_on_loop(self._loop, self.sync._get, key)
-
-    async def get_range(self, key: str, start: int, end: int | None) -> bytes:
-        return await run_on_loop(self._loop, self.sync._get_range, key, start, end)
-
-    async def head(self, key: str) -> ObjectInfo:
-        return await run_on_loop(self._loop, self.sync._head, key)
+        view = self._ready()
+        if view is not None:
+            return view._get(key)
+        return self._first("_get", key)
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> Coroutine[Any, Any, str | None]:
-        return run_on_loop(self._loop, self.sync._put, key, data, options)
+        view = self._ready()
+        if view is not None:
+            return view._put(key, data, options)
+        return self._first("_put", key, data, options)
+
+    async def _first(self, name: str, *args: Any) -> Any:
+        """``view.<name>(*args)`` once the running loop's view is made (its first call, or on s3fs's loop)."""
+        return await getattr(await self._view(), name)(*args)
+
+    async def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        return await (self._ready() or await self._view())._get_range(key, start, end)
+
+    async def head(self, key: str) -> ObjectInfo:
+        return await (self._ready() or await self._view())._head(key)
 
     async def delete(self, key: str) -> None:
-        await run_on_loop(self._loop, self.sync._delete, key)
+        await (self._ready() or await self._view())._delete(key)
 
     async def copy(self, src: str, dst: str) -> str | None:
-        return await run_on_loop(self._loop, self.sync._copy, src, dst)
+        return await (self._ready() or await self._view())._copy(src, dst)
 
     async def list_page(
         self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
     ) -> ListPage:
-        return await run_on_loop(self._loop, self.sync._list_page, prefix, delimiter, start_after, page_size, token)
+        view = self._ready() or await self._view()
+        return await view._list_page(prefix, delimiter, start_after, page_size, token)
 
     async def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
@@ -91,6 +145,10 @@ class S3AsyncStorage(AsyncStorageDriver):
 
     async def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
         return await run_on_loop(self._loop, self.sync._abort_incomplete, prefix, older_than)
+
+    async def aclose(self) -> None:
+        """Close the views' clients (this loop's, and those of other loops still running)."""
+        await self._views.aclose()
 
     async def open_write(self, key: str, options: WriteOptions, part_size: int) -> AsyncWriteStream:
         from .s3 import _S3Write
@@ -122,6 +180,14 @@ class S3AsyncStorage(AsyncStorageDriver):
         results = await run_on_loop(self._loop, sync._gather, sync._copy, pairs)
         for pair in zip((dst for _, dst in pairs), results, strict=True):
             yield pair
+
+
+async def _close_view(view: S3Storage) -> None:
+    """Close a view's connection pool (on its loop: PerLoop calls this there)."""
+    creator = getattr(view.fs, "_s3creator", None)
+    view._client = None
+    if creator is not None:
+        await creator.__aexit__(None, None, None)
 
 
 class _AsyncS3Write(AsyncWriteStream):
