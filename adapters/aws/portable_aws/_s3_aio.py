@@ -1,29 +1,37 @@
-"""The fsspec S3 engine's async face: its aiobotocore coroutines, awaited on s3fs's event loop.
+"""The fsspec S3 engine's async face: its aiobotocore coroutines, awaited on the caller's loop.
 
 :class:`S3AsyncStorage` is what ``S3Storage.async_driver()`` returns. The sync
-driver already runs every S3 request as an aiobotocore coroutine (``_get``,
-``_put``, ...) on s3fs's loop thread, to which its aiobotocore client is
-bound; the async face awaits those same coroutines there through
-:func:`portable.driver.threads.run_on_loop`: no thread per call, one
-connection pool and one client for both faces, cancellation carried across
-(cancelling the caller cancels the request's task on s3fs's loop).
+driver runs every S3 request as an aiobotocore coroutine (``_get``, ``_put``,
+...) on s3fs's loop thread, to which its client is bound. The async face runs
+those same coroutines on a *view* of the sync driver per calling event loop: a
+shallow copy whose s3fs filesystem and aiobotocore client were made on that
+loop, with the sync driver's client and configuration arguments (endpoint,
+credentials, timeouts, pool size, retries off, addressing, the listing
+encoding fix), so the same requests, responses and errors. A single call is
+one await where it is made: no thread hop, cancellation direct (cancelling the
+caller cancels the request).
 
-Each call hops to s3fs's loop thread and its outcome hops back, and
-``run_on_loop`` batches both hops: the single calls that ``asyncio.gather``
-makes while s3fs's loop is busy start there in one wake-up, and the outcomes
-that finish in one iteration of that loop come back in one wake-up of the
-caller's. A wake-up per call and per outcome (the first design) cost 1.25x
-aiobotocore's CPU per 1 KiB put in a gather of 16 (1,557 against 1,249 us);
-batched, 0.99-1.11x in three runs on 2 shared cores (bench/results/aio.md).
-bench/aio_bench.py measures the batched hop against aiobotocore and against
-the other design, an aiobotocore client on the caller's loop
-(bench/_s3_caller_loop.py), side by side. s3fs's loop keeps one client and
-one connection pool for both faces, whichever and however many event loops
-call, and needs no close per loop.
+Why not hop to s3fs's loop (the first design, still in git history and in
+bench/aio_bench.py as a contestant): each call and each outcome crossed two
+threads. Batching the wake-ups brought its CPU to aiobotocore's, but not its
+latency: a gather of single 1 KiB puts ran at 0.84-0.87 of aiobotocore's rate
+(bench/results/aio.md, December 2026, load 1.9). On the caller's loop a put is
+4.60M instructions against aiobotocore's 4.63M and the hop's 4.78M (callgrind,
+300 puts, the kernel's wake-ups not counted).
+
+Clients: one per loop that calls (:class:`~portable.driver.threads.PerLoop`),
+made on its first call (concurrent first calls share one making) and closed by
+``aclose`` (this loop's, and those of other loops still running), or, for a
+loop that ends without it, by that loop's ``shutdown_asyncgens`` (what
+``asyncio.run`` runs last). A call made on s3fs's own loop uses the sync
+driver's client. The sync face keeps its own client on s3fs's loop, so a sync
+:class:`~portable.storage.Bucket` and its async twin used at once never share
+a connection across loops.
 
 Batches hop once per batch (the sync driver's bounded ``_gather`` runs on
-s3fs's loop) and yield their results when the batch is done. Streamed writes
-follow the sync ``_S3Write``'s rules (one PutObject within the first part,
+s3fs's loop, on its client) and yield their results when the batch is done;
+``signed_url`` and ``abort_incomplete`` hop too. Streamed writes follow the
+sync ``_S3Write``'s rules on s3fs's loop (one PutObject within the first part,
 else a multipart upload; a failed or cancelled part poisons the stream; abort
 aborts the upload). ``open_read`` stays thread-adapted (s3fs's file object is
 synchronous).
