@@ -17,9 +17,9 @@ round, portable's rate over the peer's of the same round):
   - ``AsyncBucket.put_many`` / ``get_many`` and a plain ``asyncio.gather`` over
     ``AsyncBucket.put`` / ``get`` behind a semaphore of 16, on each engine:
     obstore (``?engine=obstore``: obstore's coroutines on the caller's loop)
-    and fsspec (``?engine=fsspec``: aiobotocore's coroutines on s3fs's loop,
-    and, as a second contestant, the other design, an aiobotocore client on
-    the caller's loop, ``bench/_s3_caller_loop.py``);
+    and fsspec (``?engine=fsspec``: aiobotocore's coroutines on the caller's
+    loop, a client per loop; and, as a third contestant, the former design,
+    each single call hopping to s3fs's loop thread and back, ``hop_to_s3fs``);
   - obstore's async API: ``obstore.put_async`` / ``get_async`` +
     ``bytes_async`` with a semaphore of 16 (its documented idiom);
   - aiobotocore: one client (a pool of 16 connections, retries off),
@@ -117,12 +117,13 @@ def profile_for(url: str) -> Any:
     return Profile(name="bench", storage=url, queue="mem://bench", jobs="local://./.portable/jobs")
 
 
-def portable_pair(label: str, url: str, driver: Callable[[Any], Any] | None = None) -> list[Contestant]:
+def portable_pair(label: str, url: str, driver: Callable[[Any], Any] | None = None,
+                  idioms: tuple[str, ...] = ("many", "gather")) -> list[Contestant]:
     """``AsyncBucket.*_many`` and ``gather(AsyncBucket.put/get)`` on one engine (each its own bucket)."""
     import portable.aio
 
     out = []
-    for idiom in ("many", "gather"):
+    for idiom in idioms:
         path, _, query = url.partition("?")
         mine = f"{path}-{idiom}?{query}"
         bucket = portable.aio.open_bucket(mine, profile=profile_for(mine))
@@ -145,6 +146,24 @@ def portable_pair(label: str, url: str, driver: Callable[[Any], Any] | None = No
         name = f"AsyncBucket.*_many [{label}]" if idiom == "many" else f"gather(AsyncBucket.put/get) [{label}]"
         out.append(Contestant(name, put, get, bucket.aclose))
     return out
+
+
+def hop_to_s3fs(sync: Any) -> Any:
+    """The fsspec engine's former design, measured against the shipped one: each single call hops to
+    s3fs's loop thread (``run_on_loop``, batched wake-ups) and its outcome hops back; the shipped
+    engine awaits it on the caller's loop with that loop's own client."""
+    from portable_aws._s3_aio import S3AsyncStorage
+
+    from portable.driver.threads import run_on_loop
+
+    class Hop(S3AsyncStorage):
+        def get(self, key: str) -> Any:
+            return run_on_loop(self._loop, self.sync._get, key)
+
+        def put(self, key: str, data: bytes, options: Any) -> Any:
+            return run_on_loop(self._loop, self.sync._put, key, data, options)
+
+    return Hop(sync)
 
 
 def obstore_peer(t: cc.Target, prefix: str) -> Contestant:
@@ -382,8 +401,6 @@ def main() -> int:
     sections: dict[str, list[dict[str, Any]]] = {}
     checks: list[dict[str, Any]] = []
     try:
-        from bench._s3_caller_loop import S3CallerLoopStorage
-
         run = uuid.uuid4().hex[:6]
         q = f"endpoint_url={target.endpoint}&region={target.region}"
         base = f"s3://{target.bucket}/{run}"
@@ -391,8 +408,8 @@ def main() -> int:
             "obstore": [*portable_pair("obstore", f"{base}-po?engine=obstore&sign_payload=false&concurrency=16&{q}"),
                         obstore_peer(target, f"{run}-obstore/")],
             "fsspec": [*portable_pair("fsspec", f"{base}-pf?engine=fsspec&concurrency=16&{q}"),
-                       *portable_pair("fsspec, client on the caller's loop", f"{base}-pc?engine=fsspec&concurrency=16&{q}",
-                                      S3CallerLoopStorage),
+                       *portable_pair("fsspec, hop to s3fs's loop", f"{base}-pc?engine=fsspec&concurrency=16&{q}",
+                                      hop_to_s3fs, ("gather",)),
                        aiobotocore_peer(target, f"{run}-aiobotocore/")],
         }
         if args.instructions:

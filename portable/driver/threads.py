@@ -299,12 +299,23 @@ class PerLoop(Generic[C]):
     share one making. :meth:`aclose` closes the calling loop's client and those
     of other loops still running (a stopped loop's cannot be); after it, a call
     raises Unavailable: a closed driver never opens a client again.
+
+    A loop that ends without that ``aclose`` (``asyncio.run`` after
+    ``asyncio.run`` with one long-lived driver) still closes its client: the
+    making leaves an async generator suspended on the loop, which the loop's
+    ``shutdown_asyncgens`` (run by ``asyncio.run``) finishes, closing the
+    client there before the loop closes. A loop closed without that step keeps
+    its client until the next making on another loop drops it.
     """
 
     def __init__(self, make: Callable[[], Awaitable[C]], close: Callable[[C], Awaitable[object]]) -> None:
         self._make = make
         self._close = close
         self._tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[C]] = {}
+        #: the clients made, by loop: what :meth:`ready` reads without a lock or an await
+        self._made: dict[asyncio.AbstractEventLoop, C] = {}
+        #: per loop, the async generator its shutdown_asyncgens finishes (closing that loop's client)
+        self._watchers: dict[asyncio.AbstractEventLoop, Any] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -314,6 +325,13 @@ class PerLoop(Generic[C]):
     def __contains__(self, loop: object) -> bool:
         return loop in self._tasks
 
+    def ready(self) -> C | None:
+        """The running loop's client if it is made (and this is not closed), else None: no await, no lock.
+
+        The hot path's check: a call that gets None awaits :meth:`get`.
+        """
+        return self._made.get(asyncio.get_running_loop())
+
     async def get(self) -> C:
         """The running loop's client."""
         loop = asyncio.get_running_loop()
@@ -322,11 +340,16 @@ class PerLoop(Generic[C]):
             if task is None:
                 if self._closed:
                     raise Unavailable("this async driver is closed (aclose was called)")
+                self._forget_closed_loops()
                 task = self._tasks[loop] = loop.create_task(self._new())
         if task.done() and not task.cancelled() and task.exception() is None:
             return task.result()  # the common case: no shield, no new future
         try:
-            return await asyncio.shield(task)
+            client = await asyncio.shield(task)
+            with self._lock:
+                if self._tasks.get(loop) is task:
+                    self._made[loop] = client
+            return client
         except asyncio.CancelledError:
             raise
         except BaseException:
@@ -335,14 +358,49 @@ class PerLoop(Generic[C]):
                     del self._tasks[loop]  # the next call tries again
             raise
 
+    def _forget_closed_loops(self) -> None:
+        """Drop the clients of loops closed without an ``aclose`` (``asyncio.run`` after ``asyncio.run``).
+
+        A closed loop's client cannot be closed any more; dropping it lets the
+        collector free it instead of holding one per dead loop. Under the lock.
+        """
+        for loop in [loop for loop in self._tasks if loop.is_closed()]:
+            del self._tasks[loop]
+            self._made.pop(loop, None)
+            _discard(self._watchers.pop(loop, None))
+
     async def _new(self) -> C:
-        return await self._make()
+        client = await self._make()
+        loop = asyncio.get_running_loop()
+        watcher = self._until_shutdown(loop)
+        await watcher.__anext__()  # first iterated on ``loop``: its shutdown_asyncgens will finish it
+        with self._lock:
+            self._watchers[loop] = watcher
+        return client
+
+    async def _until_shutdown(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """Suspended until ``loop`` shuts its async generators down; then closes that loop's client."""
+        try:
+            yield
+        finally:
+            if not loop.is_closed():
+                with self._lock:
+                    task = self._tasks.pop(loop, None)
+                    self._made.pop(loop, None)
+                    self._watchers.pop(loop, None)
+                if task is not None:
+                    with contextlib.suppress(Exception):
+                        await self._close_one(task)
 
     async def aclose(self) -> None:
         """Close the calling loop's client and those of other loops still running."""
         with self._lock:
             tasks, self._tasks = self._tasks, {}
+            watchers, self._watchers = self._watchers, {}
+            self._made = {}
             self._closed = True
+        for watcher in watchers.values():
+            _discard(watcher)  # it finds no client left to close: it finishes here, awaiting nothing
         here = asyncio.get_running_loop()
         for loop, task in tasks.items():
             if loop is here:
@@ -358,3 +416,12 @@ class PerLoop(Generic[C]):
         if task.cancelled() or task.exception() is not None:
             return
         await self._close(task.result())
+
+
+def _discard(watcher: Any) -> None:
+    """Finish a suspended :meth:`PerLoop._until_shutdown` here, its loop closed or its client taken (it
+    awaits nothing then), so that the collector never hands it to its loop's finalizer."""
+    if watcher is None:
+        return
+    with contextlib.suppress(BaseException):
+        watcher.aclose().send(None)

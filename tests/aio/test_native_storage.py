@@ -484,7 +484,7 @@ def test_a_cancelled_async_bucket_stream_leaves_no_object(engine: Engine) -> Non
     run(main())
 
 
-# ---------------------------------------------------------------- the fsspec S3 engine's hop to s3fs's loop
+# ---------------------------------------------------------------- the fsspec S3 engine: single calls on the caller's loop
 @pytest.fixture
 def s3fs_drivers(aws: dict[str, str]) -> Iterator[tuple[Engine, StorageDriver, AsyncStorageDriver]]:
     """The fsspec S3 engine on moto: the engine, its sync driver and its async twin (on s3fs's loop)."""
@@ -514,11 +514,12 @@ def loop_held(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
         release.set()
 
 
-def test_gathered_single_puts_reach_s3fs_loop_in_one_wake_up(
+def test_gathered_single_calls_run_on_the_callers_loop_not_s3fs(
     s3fs_drivers: tuple[Engine, StorageDriver, AsyncStorageDriver], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``asyncio.gather`` over single puts: the calls made while s3fs's loop is busy start there in one
-    wake-up (not one per call), and every put stores its own object and returns its etag."""
+    """``asyncio.gather`` over single puts and gets: each is one await on the caller's loop (its own
+    client there), so they all finish while s3fs's loop is held busy, none hands a call to it, and
+    every put stores its own object and returns its etag."""
     engine, sync, adrv = s3fs_drivers
     s3fs_loop = sync._loop  # type: ignore[attr-defined]
     drains: list[int] = []
@@ -532,25 +533,54 @@ def test_gathered_single_puts_reach_s3fs_loop_in_one_wake_up(
     monkeypatch.setattr(threads._Lane, "_drain", counted)
     bodies = {f"g/{i:02d}": f"body {i}".encode() for i in range(32)}
 
-    async def main() -> list[str | None]:
+    async def main() -> tuple[list[str | None], list[bytes]]:
         with loop_held(s3fs_loop):
-            puts = asyncio.gather(*(adrv.put(k, v, PLAIN) for k, v in bodies.items()))
-            for _ in range(3):
-                await asyncio.sleep(0)  # every put has handed its call over
-        return await puts
+            etags = await asyncio.wait_for(asyncio.gather(*(adrv.put(k, v, PLAIN) for k, v in bodies.items())), 20)
+            got = await asyncio.wait_for(asyncio.gather(*(adrv.get(k) for k in bodies)), 20)
+            await adrv.aclose()
+        return etags, got
 
-    etags = run(main())
-    assert drains[:1] == [32], f"the 32 calls took {drains} wake-ups of s3fs's loop"
+    etags, got = run(main())
+    assert drains == [], f"single calls hopped to s3fs's loop: {drains}"
     assert all(etags) and len(set(etags)) == 32
+    assert got == list(bodies.values())
     for key, body in bodies.items():
         assert engine.native_get(key) == body
+
+
+def test_a_driver_outliving_its_loops_closes_each_loops_client(
+    s3fs_drivers: tuple[Engine, StorageDriver, AsyncStorageDriver],
+) -> None:
+    """One async driver awaited from ``asyncio.run`` after ``asyncio.run`` without an ``aclose``: each
+    loop's client is closed as that loop shuts down (no unclosed aiohttp session, none kept)."""
+    import gc
+    import warnings
+
+    engine, _, adrv = s3fs_drivers
+    views: Any = adrv._views  # type: ignore[attr-defined]
+
+    async def one(i: int) -> bytes:
+        await adrv.put(f"r/{i}", b"%d" % i, PLAIN)
+        assert len(views) == 1
+        return await adrv.get(f"r/{i}")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            assert run(one(i)) == b"%d" % i
+            assert len(views) == 0, "the loop's client outlived its loop"
+        gc.collect()
+    unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert unclosed == [], [str(w.message) for w in unclosed]
+    assert engine.native_get("r/2") == b"2"
 
 
 def test_a_put_cancelled_before_s3fs_loop_starts_it_never_reaches_s3(
     s3fs_drivers: tuple[Engine, StorageDriver, AsyncStorageDriver],
 ) -> None:
-    """A put cancelled while its call still waits for s3fs's busy loop never starts: nothing is stored,
-    and the CancelledError reaches the caller; a put made after it is served as usual."""
+    """A put cancelled before its request goes out (s3fs's loop busy, the caller's loop's client still
+    being made) never reaches S3: nothing is stored, the CancelledError reaches the caller, and a put
+    made after it is served as usual."""
     engine, sync, adrv = s3fs_drivers
 
     async def main() -> None:

@@ -1,29 +1,37 @@
-"""The fsspec S3 engine's async face: its aiobotocore coroutines, awaited on s3fs's event loop.
+"""The fsspec S3 engine's async face: its aiobotocore coroutines, awaited on the caller's loop.
 
 :class:`S3AsyncStorage` is what ``S3Storage.async_driver()`` returns. The sync
-driver already runs every S3 request as an aiobotocore coroutine (``_get``,
-``_put``, ...) on s3fs's loop thread, to which its aiobotocore client is
-bound; the async face awaits those same coroutines there through
-:func:`portable.driver.threads.run_on_loop`: no thread per call, one
-connection pool and one client for both faces, cancellation carried across
-(cancelling the caller cancels the request's task on s3fs's loop).
+driver runs every S3 request as an aiobotocore coroutine (``_get``, ``_put``,
+...) on s3fs's loop thread, to which its client is bound. The async face runs
+those same coroutines on a *view* of the sync driver per calling event loop: a
+shallow copy whose s3fs filesystem and aiobotocore client were made on that
+loop, with the sync driver's client and configuration arguments (endpoint,
+credentials, timeouts, pool size, retries off, addressing, the listing
+encoding fix), so the same requests, responses and errors. A single call is
+one await where it is made: no thread hop, cancellation direct (cancelling the
+caller cancels the request).
 
-Each call hops to s3fs's loop thread and its outcome hops back, and
-``run_on_loop`` batches both hops: the single calls that ``asyncio.gather``
-makes while s3fs's loop is busy start there in one wake-up, and the outcomes
-that finish in one iteration of that loop come back in one wake-up of the
-caller's. A wake-up per call and per outcome (the first design) cost 1.25x
-aiobotocore's CPU per 1 KiB put in a gather of 16 (1,557 against 1,249 us);
-batched, 0.99-1.11x in three runs on 2 shared cores (bench/results/aio.md).
-bench/aio_bench.py measures the batched hop against aiobotocore and against
-the other design, an aiobotocore client on the caller's loop
-(bench/_s3_caller_loop.py), side by side. s3fs's loop keeps one client and
-one connection pool for both faces, whichever and however many event loops
-call, and needs no close per loop.
+Why not hop to s3fs's loop (the first design, still in git history and in
+bench/aio_bench.py as a contestant): each call and each outcome crossed two
+threads. Batching the wake-ups brought its CPU to aiobotocore's, but not its
+latency: a gather of single 1 KiB puts ran at 0.84-0.87 of aiobotocore's rate
+(bench/results/aio.md, December 2026, load 1.9). On the caller's loop a put is
+4.60M instructions against aiobotocore's 4.63M and the hop's 4.78M (callgrind,
+300 puts, the kernel's wake-ups not counted).
+
+Clients: one per loop that calls (:class:`~portable.driver.threads.PerLoop`),
+made on its first call (concurrent first calls share one making) and closed by
+``aclose`` (this loop's, and those of other loops still running), or, for a
+loop that ends without it, by that loop's ``shutdown_asyncgens`` (what
+``asyncio.run`` runs last). A call made on s3fs's own loop uses the sync
+driver's client. The sync face keeps its own client on s3fs's loop, so a sync
+:class:`~portable.storage.Bucket` and its async twin used at once never share
+a connection across loops.
 
 Batches hop once per batch (the sync driver's bounded ``_gather`` runs on
-s3fs's loop) and yield their results when the batch is done. Streamed writes
-follow the sync ``_S3Write``'s rules (one PutObject within the first part,
+s3fs's loop, on its client) and yield their results when the batch is done;
+``signed_url`` and ``abort_incomplete`` hop too. Streamed writes follow the
+sync ``_S3Write``'s rules on s3fs's loop (one PutObject within the first part,
 else a multipart upload; a failed or cancelled part poisons the stream; abort
 aborts the upload). ``open_read`` stays thread-adapted (s3fs's file object is
 synchronous).
@@ -32,6 +40,7 @@ synchronous).
 from __future__ import annotations
 
 import asyncio
+import copy
 import datetime as dt
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -39,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from portable.driver.aio_storage import AsyncStorageDriver, AsyncWriteStream
 from portable.driver.storage import ListPage, ObjectInfo, WriteOptions
-from portable.driver.threads import run_on_loop
+from portable.driver.threads import PerLoop, run_on_loop
 
 if TYPE_CHECKING:
     from .s3 import S3Storage, _S3Write
@@ -50,7 +59,14 @@ T = TypeVar("T")
 
 
 class S3AsyncStorage(AsyncStorageDriver):
-    """The async twin of :class:`~portable_aws.s3.S3Storage`: the same coroutines, on s3fs's loop."""
+    """The async twin of :class:`~portable_aws.s3.S3Storage`: the same coroutines, on the caller's loop.
+
+    Single-object calls run the sync driver's coroutines on a *view* of it
+    (a shallow copy whose s3fs filesystem and aiobotocore client were made on
+    the calling loop, :class:`~portable.driver.threads.PerLoop`): one await, no
+    hop. Batches, streamed writes, ``signed_url`` and ``abort_incomplete`` hop
+    to s3fs's loop (``run_on_loop``) and share the sync driver's client.
+    """
 
     native = True
     sync: S3Storage
@@ -58,31 +74,77 @@ class S3AsyncStorage(AsyncStorageDriver):
     def __init__(self, sync: S3Storage) -> None:
         super().__init__(sync)
         self._loop = sync._loop
+        self._views: PerLoop[S3Storage] = PerLoop(self._new_view, _close_view)
+        self._ready = self._views.ready
 
-    # get and put return run_on_loop's coroutine instead of awaiting it in one of their own: one
+    # -- the calling loop's view of the sync driver ---------------------------------
+    async def _new_view(self) -> S3Storage:
+        """A shallow copy of the sync driver with an s3fs filesystem and client of the running loop.
+
+        The same client and configuration arguments as the sync driver's
+        (endpoint, credentials, timeouts, pool, retries off, addressing), so
+        the same requests and errors; only the loop they belong to differs.
+        """
+        import s3fs  # type: ignore[import-untyped]
+
+        from .s3 import _list_keys_as_sent
+
+        sync = self.sync
+        fs = sync.fs
+        own = s3fs.S3FileSystem(
+            client_kwargs=fs.client_kwargs, config_kwargs=fs.config_kwargs, skip_instance_cache=True,
+            use_listings_cache=False, cache_regions=False, max_concurrency=1, asynchronous=True,
+            loop=asyncio.get_running_loop(),
+            **({"profile": sync.options.profile} if sync.options.profile else {}),
+        )
+        own.retries = 1
+        client = await own.set_session()
+        _list_keys_as_sent(client)
+        view = copy.copy(sync)
+        view.fs, view._client, view._loop = own, client, asyncio.get_running_loop()
+        return view
+
+    async def _view(self) -> S3Storage:
+        """The running loop's view (made on its first call); the sync driver itself on s3fs's own loop."""
+        if asyncio.get_running_loop() is self._loop:
+            return self.sync  # its client belongs to this loop already
+        return await self._views.get()
+
+    # get and put return the view's coroutine instead of awaiting it in one of their own: one
     # coroutine less per call on the hottest paths (the caller awaits the same thing)
     def get(self, key: str) -> Coroutine[Any, Any, bytes]:
-        return run_on_loop(self._loop, self.sync._get, key)
-
-    async def get_range(self, key: str, start: int, end: int | None) -> bytes:
-        return await run_on_loop(self._loop, self.sync._get_range, key, start, end)
-
-    async def head(self, key: str) -> ObjectInfo:
-        return await run_on_loop(self._loop, self.sync._head, key)
+        view = self._ready()
+        if view is not None:
+            return view._get(key)
+        return self._first("_get", key)
 
     def put(self, key: str, data: bytes, options: WriteOptions) -> Coroutine[Any, Any, str | None]:
-        return run_on_loop(self._loop, self.sync._put, key, data, options)
+        view = self._ready()
+        if view is not None:
+            return view._put(key, data, options)
+        return self._first("_put", key, data, options)
+
+    async def _first(self, name: str, *args: Any) -> Any:
+        """``view.<name>(*args)`` once the running loop's view is made (its first call, or on s3fs's loop)."""
+        return await getattr(await self._view(), name)(*args)
+
+    async def get_range(self, key: str, start: int, end: int | None) -> bytes:
+        return await (self._ready() or await self._view())._get_range(key, start, end)
+
+    async def head(self, key: str) -> ObjectInfo:
+        return await (self._ready() or await self._view())._head(key)
 
     async def delete(self, key: str) -> None:
-        await run_on_loop(self._loop, self.sync._delete, key)
+        await (self._ready() or await self._view())._delete(key)
 
     async def copy(self, src: str, dst: str) -> str | None:
-        return await run_on_loop(self._loop, self.sync._copy, src, dst)
+        return await (self._ready() or await self._view())._copy(src, dst)
 
     async def list_page(
         self, prefix: str, delimiter: str | None, start_after: str | None, page_size: int, token: str | None
     ) -> ListPage:
-        return await run_on_loop(self._loop, self.sync._list_page, prefix, delimiter, start_after, page_size, token)
+        view = self._ready() or await self._view()
+        return await view._list_page(prefix, delimiter, start_after, page_size, token)
 
     async def signed_url(
         self, key: str, method: Literal["GET", "PUT"], expires: dt.timedelta, content_type: str | None
@@ -91,6 +153,10 @@ class S3AsyncStorage(AsyncStorageDriver):
 
     async def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
         return await run_on_loop(self._loop, self.sync._abort_incomplete, prefix, older_than)
+
+    async def aclose(self) -> None:
+        """Close the views' clients (this loop's, and those of other loops still running)."""
+        await self._views.aclose()
 
     async def open_write(self, key: str, options: WriteOptions, part_size: int) -> AsyncWriteStream:
         from .s3 import _S3Write
@@ -122,6 +188,14 @@ class S3AsyncStorage(AsyncStorageDriver):
         results = await run_on_loop(self._loop, sync._gather, sync._copy, pairs)
         for pair in zip((dst for _, dst in pairs), results, strict=True):
             yield pair
+
+
+async def _close_view(view: S3Storage) -> None:
+    """Close a view's connection pool (on its loop: PerLoop calls this there)."""
+    creator = getattr(view.fs, "_s3creator", None)
+    view._client = None
+    if creator is not None:
+        await creator.__aexit__(None, None, None)
 
 
 class _AsyncS3Write(AsyncWriteStream):

@@ -229,7 +229,9 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
             if self.sync.signs_itself(options):
                 return await run_blocking(self.sync.put, key, data, options)  # a request obstore cannot send
             arguments = self.sync._put_arguments(options)  # what sync.put and sync._aput send
-            if options == _PLAIN:  # the common put: its arguments never change, so they are kept
+            if options == _PLAIN:  # the common put: its arguments never change, so they are kept,
+                # without the ones that are obstore's defaults (None): fewer arguments for it to read
+                arguments = {name: value for name, value in arguments.items() if value is not None}
                 self._plain, self._plain_arguments = options, arguments
         last_loop, gate = self._last_gate
         if last_loop() is not asyncio.get_running_loop():
