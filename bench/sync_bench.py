@@ -203,7 +203,10 @@ def main() -> int:
                      aws_access_key_id=target.access_key, aws_secret_access_key=target.secret_key,
                      ).create_bucket(Bucket="bench2")
         env = dict(os.environ, AWS_ACCESS_KEY_ID=target.access_key, AWS_SECRET_ACCESS_KEY=target.secret_key,
-                   AWS_REGION=target.region, AWS_DEFAULT_REGION=target.region, PYTHONPATH=str(ROOT),
+                   AWS_REGION=target.region, AWS_DEFAULT_REGION=target.region,
+                   # the caller's path after ROOT: in a worktree it names the worktree's adapters, which
+                   # PYTHONPATH=ROOT alone would leave to the installed (main's) ones
+                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
                    RCLONE_CONFIG_BENCH_TYPE="s3", RCLONE_CONFIG_BENCH_PROVIDER="Other",
                    RCLONE_CONFIG_BENCH_ENDPOINT=target.endpoint, RCLONE_CONFIG_BENCH_REGION=target.region,
                    RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=target.access_key,
