@@ -44,14 +44,17 @@ class WriteLedger:
     looking at the store.
     """
 
-    __slots__ = ("_buffer", "_digest", "_part_size", "commit_tried", "written")
+    __slots__ = ("_buffer", "_digest", "_part_size", "algorithm", "commit_tried", "written")
 
-    def __init__(self, part_size: int, start: int = 0, prefix_digest: Any = None) -> None:
+    def __init__(self, part_size: int, start: int = 0, prefix_digest: Any = None, algorithm: str = "sha256") -> None:
         self._part_size = part_size
         self._buffer = bytearray()
+        #: the hash that recognises the writer's own bytes: SHA-256, or MD5 for a write sent as one
+        #: request (S3's etag of it, which a caller verifies: one hash pass serves both)
+        self.algorithm = algorithm
         #: None for a resumed write whose first ``start`` bytes were not seen here (no source
         #: given): its own object cannot be recognised by content then
-        self._digest: Any = hashlib.sha256() if start == 0 else prefix_digest
+        self._digest: Any = self.new_hash() if start == 0 else prefix_digest
         self.written = start
         #: a commit attempt failed: any later failure is checked too
         self.commit_tried = False
@@ -78,6 +81,14 @@ class WriteLedger:
         if self._digest is not None:
             self._digest.update(chunk)
         return chunk
+
+    def new_hash(self) -> Any:
+        """A fresh hash of :attr:`algorithm`."""
+        return hashlib.md5(usedforsecurity=False) if self.algorithm == "md5" else hashlib.sha256()
+
+    def digest(self) -> bytes | None:
+        """The hash of every byte taken so far (None for a resumed write without its source)."""
+        return None if self._digest is None else bytes(self._digest.digest())
 
     def rest(self) -> bytes:
         """The bytes not yet handed over as a part (the last part), removed from the buffer."""
@@ -158,7 +169,7 @@ class BucketWriter(io.RawIOBase):
         self._key = key
         self._stream = stream
         self._driver = driver
-        self._ledger = WriteLedger(part_size, resumed_from, prefix_digest)
+        self._ledger = WriteLedger(part_size, resumed_from, prefix_digest, "md5" if one_request else "sha256")
         self._done = False
         self.etag: str | None = None
         #: bytes of the object the provider held already when this writer opened (0 unless resumed)
@@ -194,6 +205,12 @@ class BucketWriter(io.RawIOBase):
 
     def tell(self) -> int:
         return self._ledger.written
+
+    @property
+    def md5(self) -> bytes | None:
+        """For a write sent as one request (:attr:`one_request`): the MD5 of every byte written so far,
+        which S3 returns as the etag of such an object; else None."""
+        return self._ledger.digest() if self.one_request else None
 
     @property
     def resumable(self) -> bool:
@@ -270,12 +287,12 @@ class BucketWriter(io.RawIOBase):
         return info if self._ledger.is_mine(info, digest) else None
 
     def _stored_digest(self) -> bytes:
-        """The SHA-256 of the object stored under the key, read in parts."""
-        digest = hashlib.sha256()
+        """The hash (the ledger's algorithm) of the object stored under the key, read in parts."""
+        digest = self._ledger.new_hash()
         with self._driver.open_read(self._key) as stream:
             while chunk := stream.read(READ_CHUNK):
                 digest.update(chunk)
-        return digest.digest()
+        return bytes(digest.digest())
 
     def abort(self) -> None:
         """Discard what was written (for a resumed write, the earlier parts too); nothing becomes visible."""

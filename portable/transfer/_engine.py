@@ -205,18 +205,26 @@ def stream_object(src: Bucket, dst: Bucket, key: str, plan: Plan, tally: Tally,
             part_size=plan.part_size,
             size=info.size,
         ) as writer:
-            # one request (S3 under its cutoff): the etag is the whole body's MD5, i.e. one part's
-            digest = StreamDigest(max(1, info.size) if getattr(writer, "one_request", False) else plan.part_size)
+            # sent as one request (S3 under its cutoff): the writer hashes it with MD5 (its etag
+            # then), for recognising its own object as well: one hash pass, taken from the writer
+            one = bool(getattr(writer, "one_request", False))
+            digest = StreamDigest(plan.part_size)
             for chunk in ranges_ahead(src, key, info.size, min(plan.part_size, AHEAD_CHUNK), AHEAD_DEPTH):
-                digest.update(chunk)
+                if not one:
+                    digest.update(chunk)
                 writer.write(chunk)
                 tally.tick(key, len(chunk))
                 ticked += len(chunk)
+            md5 = getattr(writer, "md5", None) if one else None
+            if isinstance(md5, bytes):
+                digest = StreamDigest.of_one_part(ticked, md5)
+            elif one:  # a writer without its MD5 (not a portable one): the bytes were not hashed
+                raise PreconditionFailed(f"{key!r}: the streamed writer kept no MD5 to verify the copy by")
             after = src.head(key)  # the ranges are one version only if the object did not change meanwhile
-            if digest.size != info.size or after.size != info.size or after.etag != info.etag:
+            if ticked != info.size or after.size != info.size or after.etag != info.etag:
                 raise PreconditionFailed(
                     f"{key!r} changed while it was copied (head said {info.size} bytes, etag {info.etag}; "
-                    f"{digest.size} were read; now {after.size} bytes, etag {after.etag}); run the transfer "
+                    f"{ticked} were read; now {after.size} bytes, etag {after.etag}); run the transfer "
                     "again",
                     retryable=True,
                 )
