@@ -162,3 +162,21 @@ def test_size_is_for_writes_only() -> None:
     bucket = open_bucket("mem://")
     with pytest.raises(InvalidArgument, match="size= is for mode 'wb'"):
         bucket.open("k", "rb", size=3)  # type: ignore[call-overload]
+
+
+def test_a_lost_reply_to_the_one_put_is_the_success_it_was(bucket: Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    from portable_obstore import s3
+
+    sent = s3._SizedPut.commit
+
+    def lost(self: Any) -> str | None:
+        sent(self)  # the PUT took effect; its reply is lost on the way back
+        raise ConnectionResetError("connection reset by peer")
+
+    monkeypatch.setattr(s3._SizedPut, "commit", lost)
+    data = body_of(6, 3 * MIB + 7)
+    with bucket.open("lost", "wb", size=len(data)) as writer:
+        writer.write(data)
+    # the writer read back what the store holds (its MD5 is the stream's): a success, committed once
+    assert writer.etag is not None and writer.etag.strip('"') == hashlib.md5(data).hexdigest()
+    assert bucket.get("lost") == data
