@@ -414,13 +414,14 @@ class _SizedPut(WriteStream):
 
     The request's headers go out at open, each :meth:`write` onto the socket
     (backpressure is the socket's), and :meth:`commit` reads the answer. The
-    last piece written is held back until :meth:`commit`, so the server never
+    last byte written (signed: the CRLF that ends the last chunk, and the
+    final empty chunk) is held back until :meth:`commit`, so the server never
     has the whole body before the caller commits: an :meth:`abort` (or a
     killed process) closes the connection with the body short, and S3 stores
-    nothing. With ``sign_payload`` (the default on ``http://``) the body is
-    sent ``aws-chunked`` with every :data:`SIGNED_CHUNK` signed
-    (``STREAMING-AWS4-HMAC-SHA256-PAYLOAD``), the final empty chunk held back
-    too; otherwise ``UNSIGNED-PAYLOAD``. Metadata go as ``x-amz-meta-<name>``,
+    nothing; what was sent is not kept here. With ``sign_payload`` (the
+    default on ``http://``) the body is sent ``aws-chunked`` with every
+    :data:`SIGNED_CHUNK` signed (``STREAMING-AWS4-HMAC-SHA256-PAYLOAD``);
+    otherwise ``UNSIGNED-PAYLOAD``. Metadata go as ``x-amz-meta-<name>``,
     as in :meth:`_SignedS3.put_object`. The etag of the answer is the MD5 of
     the body, which the caller verifies. A failed send spoils the stream
     (StreamFailed, not retryable: a body cannot be rewound).
@@ -460,7 +461,7 @@ class _SizedPut(WriteStream):
         kind = http.client.HTTPSConnection if base.scheme == "https" else http.client.HTTPConnection
         self._connection: http.client.HTTPConnection = kind(base.hostname or "", base.port, timeout=timeout)
         self._carry = bytearray()
-        self._held: tuple[bytes | memoryview, ...] = ()
+        self._held: tuple[bytes, ...] = ()
         self._failed: BaseException | None = None
         self._spent = False
         try:
@@ -478,24 +479,27 @@ class _SizedPut(WriteStream):
         if self._spent:
             raise StreamFailed("this stream's request was sent already: write again from the start")
 
-    def _push(self, *pieces: bytes | memoryview) -> None:
-        """Send what was held; hold ``pieces`` (the last bytes the server is to get)."""
-        for piece in self._held:
+    def _send(self, pieces: tuple[bytes | memoryview, ...], keep: bytes) -> None:
+        """Send what was held, then ``pieces``; hold ``keep`` (a few bytes, copied: the caller's
+        buffer is free once this returns) as the last the server is to get before the commit."""
+        for piece in (*self._held, *pieces):
             self._connection.send(piece)
-        self._held = pieces
+        self._held = (keep,) if keep else ()
 
     def _frame(self, data: bytes | memoryview) -> None:
         """Sign and queue one ``aws-chunked`` chunk (each signature chains on the one before)."""
         digest = hashlib.sha256(data).hexdigest()
         to_sign = f"AWS4-HMAC-SHA256-PAYLOAD\n{self._stamp}\n{self._scope}\n{self._previous}\n{_EMPTY_SHA256}\n{digest}"
         self._previous = hmac.new(self._signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
-        self._push(f"{len(data):x};chunk-signature={self._previous}\r\n".encode(), data, b"\r\n")
+        self._send((f"{len(data):x};chunk-signature={self._previous}\r\n".encode(), data), b"\r\n")
 
     def write(self, data: bytes) -> None:
         self._check()
         try:
             if not self._chunked:
-                self._push(data)
+                if data:
+                    view = memoryview(data)
+                    self._send((view[:-1],), bytes(view[-1:]))
                 return
             view = memoryview(data)
             if self._carry:
@@ -524,7 +528,7 @@ class _SizedPut(WriteStream):
                 if self._carry:
                     self._frame(bytes(self._carry))
                 self._frame(b"")
-            self._push()
+            self._send((), b"")
             response = self._connection.getresponse()
             answer = response.read()
             etag = response.getheader("etag")
