@@ -19,10 +19,12 @@ peak RSS read from ``/proc/PID/status`` (VmHWM):
 Like for like: the same concurrency C (8, portable's default) on both; both list both sides; both
 verify each copy by MD5: rclone compares the source's MD5 (its listed etag) with the uploaded
 object's (the upload's etag); portable compares the MD5 it computed while streaming with the
-destination's etag (the put's or commit's reply, or a ``head``). Part sizes are each tool's
-default: rclone uploads a 64 MiB object in one PUT (its --s3-upload-cutoff is 200 MiB), portable
-in 8 MiB parts; a 4 KiB object is one GET and one PUT on both, plus, on portable, a HEAD of the
-source for its headers and metadata.
+destination's etag (the put's or commit's reply, or a ``head``). Both send a 64 MiB object as ONE
+PutObject streamed from the source's body (rclone: under its --s3-upload-cutoff of 200 MiB;
+portable: ``open(key, "wb", size=...)`` under the same cutoff, read by 4 MiB ranged GETs, two
+ahead, where rclone reads one GET's body); a 4 KiB object is one GET and one PUT on both, plus, on
+portable, a HEAD of the source for its headers and metadata. rclone hashes nothing locally here
+(it compares the source's listed MD5 with the upload's etag); portable MD5s every byte it sends.
 """
 
 from __future__ import annotations
@@ -203,7 +205,10 @@ def main() -> int:
                      aws_access_key_id=target.access_key, aws_secret_access_key=target.secret_key,
                      ).create_bucket(Bucket="bench2")
         env = dict(os.environ, AWS_ACCESS_KEY_ID=target.access_key, AWS_SECRET_ACCESS_KEY=target.secret_key,
-                   AWS_REGION=target.region, AWS_DEFAULT_REGION=target.region, PYTHONPATH=str(ROOT),
+                   AWS_REGION=target.region, AWS_DEFAULT_REGION=target.region,
+                   # the caller's path after ROOT: in a worktree it names the worktree's adapters, which
+                   # PYTHONPATH=ROOT alone would leave to the installed (main's) ones
+                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
                    RCLONE_CONFIG_BENCH_TYPE="s3", RCLONE_CONFIG_BENCH_PROVIDER="Other",
                    RCLONE_CONFIG_BENCH_ENDPOINT=target.endpoint, RCLONE_CONFIG_BENCH_REGION=target.region,
                    RCLONE_CONFIG_BENCH_ACCESS_KEY_ID=target.access_key,

@@ -345,6 +345,22 @@ class StorageDriver(Classifier, abc.ABC):
     def open_write(self, key: str, options: WriteOptions, part_size: int) -> WriteStream:
         """Start a streamed write of parts of about ``part_size`` bytes."""
 
+    def open_sized_write(self, key: str, options: WriteOptions, size: int) -> WriteStream | None:
+        """Start a streamed write of exactly ``size`` bytes sent as ONE request, or None to decline.
+
+        The Bucket calls this when the caller said the stream's length
+        (``open(key, "wb", size=...)``) and falls back to :meth:`open_write`
+        on None. The Bucket checks the length itself: it never writes more
+        than ``size`` bytes, and it aborts (never commits) a stream that ends
+        short. The stream may keep a reference to the bytes of each
+        :meth:`write` (immutable ``bytes``) until the next call, and must hold
+        back enough that the request cannot complete before :meth:`commit`: an
+        :meth:`abort`, or a process killed, before it leaves no object. A
+        failed :meth:`write` spoils the stream (raise an error that is not
+        retryable): a request's body cannot be rewound. The default declines.
+        """
+        return None
+
     def open_resumable(self, key: str, options: WriteOptions, part_size: int) -> ResumableWriteStream:
         """Start, or find and continue, a resumable streamed write of ``key``.
 

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import IO, Any, Literal, TypeVar, overload
 
 from ..driver.storage import ObjectInfo, ResumableWriteStream, StorageDriver, WriteStream
-from ..errors import ErrorCode, NotFound, PortableError
+from ..errors import ErrorCode, InvalidArgument, NotFound, PortableError
 from ..resilience import Guard
 from ._checks import check_resume_request, checked_bytes
 from ._requests import open_read_request, open_write_request
@@ -44,14 +44,17 @@ class WriteLedger:
     looking at the store.
     """
 
-    __slots__ = ("_buffer", "_digest", "_part_size", "commit_tried", "written")
+    __slots__ = ("_buffer", "_digest", "_part_size", "algorithm", "commit_tried", "written")
 
-    def __init__(self, part_size: int, start: int = 0, prefix_digest: Any = None) -> None:
+    def __init__(self, part_size: int, start: int = 0, prefix_digest: Any = None, algorithm: str = "sha256") -> None:
         self._part_size = part_size
         self._buffer = bytearray()
+        #: the hash that recognises the writer's own bytes: SHA-256, or MD5 for a write sent as one
+        #: request (S3's etag of it, which a caller verifies: one hash pass serves both)
+        self.algorithm = algorithm
         #: None for a resumed write whose first ``start`` bytes were not seen here (no source
         #: given): its own object cannot be recognised by content then
-        self._digest: Any = hashlib.sha256() if start == 0 else prefix_digest
+        self._digest: Any = self.new_hash() if start == 0 else prefix_digest
         self.written = start
         #: a commit attempt failed: any later failure is checked too
         self.commit_tried = False
@@ -69,6 +72,23 @@ class WriteLedger:
             parts.append(bytes(self._buffer[:size]))
             del self._buffer[:size]
         return len(chunk), parts
+
+    def take_whole(self, data: object) -> bytes:
+        """Accept ``data`` as one piece (immutable ``bytes``: a bytearray or memoryview is copied, since
+        the caller may reuse it while the driver still holds it); count and hash it, buffer nothing."""
+        chunk = checked_bytes(data)
+        self.written += len(chunk)
+        if self._digest is not None:
+            self._digest.update(chunk)
+        return chunk
+
+    def new_hash(self) -> Any:
+        """A fresh hash of :attr:`algorithm`."""
+        return hashlib.md5(usedforsecurity=False) if self.algorithm == "md5" else hashlib.sha256()
+
+    def digest(self) -> bytes | None:
+        """The hash of every byte taken so far (None for a resumed write without its source)."""
+        return None if self._digest is None else bytes(self._digest.digest())
 
     def rest(self) -> bytes:
         """The bytes not yet handed over as a part (the last part), removed from the buffer."""
@@ -141,17 +161,23 @@ class BucketWriter(io.RawIOBase):
         *,
         resumed_from: int = 0,
         prefix_digest: Any = None,
+        size: int | None = None,
+        one_request: bool = False,
     ) -> None:
         super().__init__()
         self._guard = guard
         self._key = key
         self._stream = stream
         self._driver = driver
-        self._ledger = WriteLedger(part_size, resumed_from, prefix_digest)
+        self._ledger = WriteLedger(part_size, resumed_from, prefix_digest, "md5" if one_request else "sha256")
         self._done = False
         self.etag: str | None = None
         #: bytes of the object the provider held already when this writer opened (0 unless resumed)
         self.resumed_from = resumed_from
+        #: the length the caller promised (``open(..., size=)``), or None
+        self.size = size
+        #: whether the object is sent as one request of ``size`` bytes (the driver's sized write)
+        self.one_request = one_request
 
     def writable(self) -> bool:
         return True
@@ -159,6 +185,19 @@ class BucketWriter(io.RawIOBase):
     def write(self, data: Any) -> int:
         if self._done:
             raise ValueError("write to a closed portable writer")
+        if self.size is not None:
+            length = len(memoryview(data)) if isinstance(data, bytes | bytearray | memoryview) else 0
+            if self._ledger.written + length > self.size:
+                self._give_up()
+                raise InvalidArgument(
+                    f"{self._key!r}: the stream was opened with size={self.size} but "
+                    f"{self._ledger.written + length} bytes were written; the write was aborted (nothing stored)"
+                )
+        if self.one_request:
+            whole = self._ledger.take_whole(data)
+            if whole:
+                self._call_or_abort("write", self._stream.write, whole)
+            return len(whole)
         taken, parts = self._ledger.take(data)
         for part in parts:
             self._call_or_abort("write", self._stream.write, part)
@@ -166,6 +205,12 @@ class BucketWriter(io.RawIOBase):
 
     def tell(self) -> int:
         return self._ledger.written
+
+    @property
+    def md5(self) -> bytes | None:
+        """For a write sent as one request (:attr:`one_request`): the MD5 of every byte written so far,
+        which S3 returns as the etag of such an object; else None."""
+        return self._ledger.digest() if self.one_request else None
 
     @property
     def resumable(self) -> bool:
@@ -199,6 +244,12 @@ class BucketWriter(io.RawIOBase):
         """Commit the object (with its conditions). Idempotent."""
         if self._done:
             return
+        if self.size is not None and self._ledger.written != self.size:
+            self._give_up()
+            raise InvalidArgument(
+                f"{self._key!r}: the stream was opened with size={self.size} but closed after "
+                f"{self._ledger.written} bytes; the write was aborted (nothing stored)"
+            )
         last = self._ledger.rest()
         if last:
             self._call_or_abort("write", self._stream.write, last)
@@ -236,12 +287,12 @@ class BucketWriter(io.RawIOBase):
         return info if self._ledger.is_mine(info, digest) else None
 
     def _stored_digest(self) -> bytes:
-        """The SHA-256 of the object stored under the key, read in parts."""
-        digest = hashlib.sha256()
+        """The hash (the ledger's algorithm) of the object stored under the key, read in parts."""
+        digest = self._ledger.new_hash()
         with self._driver.open_read(self._key) as stream:
             while chunk := stream.read(READ_CHUNK):
                 digest.update(chunk)
-        return digest.digest()
+        return bytes(digest.digest())
 
     def abort(self) -> None:
         """Discard what was written (for a resumed write, the earlier parts too); nothing becomes visible."""
@@ -327,8 +378,6 @@ def upload_file(
     else:
         check_resume_request(False, None, None, None, bucket._caps, bucket.provider)
         if not callable(getattr(source, "read", None)):
-            from ..errors import InvalidArgument
-
             raise InvalidArgument(f"source must be a path or a binary file, got {type(source).__name__}")
         writer = bucket.open(key, "wb", **options)  # type: ignore[assignment]
     with writer:
@@ -422,6 +471,7 @@ class StreamOperations(BucketState):
         content_disposition: str | None = None,
         resume: bool = False,
         source: IO[bytes] | None = None,
+        size: int | None = None,
     ) -> IO[bytes]: ...
     def open(
         self,
@@ -438,6 +488,7 @@ class StreamOperations(BucketState):
         content_disposition: str | None = None,
         resume: bool = False,
         source: IO[bytes] | None = None,
+        size: int | None = None,
     ) -> IO[bytes]:
         """Open a stream on the object.
 
@@ -467,6 +518,15 @@ class StreamOperations(BucketState):
                 parts already held are checked against it (sizes, and MD5
                 where the provider keeps one), a tail that differs is uploaded
                 again, and ``source`` is left positioned at ``resumed_from``.
+            size: ``"wb"`` only: the exact length of the stream, where the
+                caller knows it. A driver that can (S3 on the obstore engine,
+                unconditional writes of up to 200 MiB) then sends the object as
+                ONE request of that length, streaming each ``write`` into it,
+                in place of a multipart upload; the writer's ``one_request``
+                says which it did. Either way writing more than ``size`` bytes,
+                or closing after fewer, aborts the write (nothing is stored)
+                and raises InvalidArgument. Not with ``resume=True``.
+                Defaults to None (unknown).
 
         Raises:
             Unsupported: ``resume=True`` on a provider without
@@ -477,9 +537,14 @@ class StreamOperations(BucketState):
             resume, source, if_none_match, if_match, self._caps, self.provider, self._driver.resume_limitation
         )
         if resuming and mode != "wb":
-            from ..errors import InvalidArgument
-
             raise InvalidArgument(f"resume=True is for mode 'wb', not {mode!r}")
+        if size is not None:
+            if mode != "wb":
+                raise InvalidArgument(f"size= is for mode 'wb', not {mode!r}")
+            if type(size) is not int or size < 0:
+                raise InvalidArgument(f"size must be an int >= 0 (the stream's length in bytes), got {size!r}")
+            if resuming:
+                raise InvalidArgument("size= cannot be combined with resume=True (a resumed upload is sent in parts)")
         if open_read_request(
             key, mode, self._max_key, content_type, metadata, if_none_match, if_match,
             cache_control, content_encoding, content_disposition,
@@ -500,8 +565,14 @@ class StreamOperations(BucketState):
             return BucketWriter(  # type: ignore[return-value]
                 self._guard, key, resumable, part_size, self._driver, resumed_from=start, prefix_digest=digest
             )
+        if size is not None:
+            sized = self._guard.call("write", f"open {key}", self._driver.open_sized_write, key, options, size)
+            if sized is not None:
+                return BucketWriter(  # type: ignore[return-value]
+                    self._guard, key, sized, part_size, self._driver, size=size, one_request=True
+                )
         stream = self._guard.call("write", f"open {key}", self._driver.open_write, key, options, part_size)
-        return BucketWriter(self._guard, key, stream, part_size, self._driver)  # type: ignore[return-value]
+        return BucketWriter(self._guard, key, stream, part_size, self._driver, size=size)  # type: ignore[return-value]
 
     def upload(
         self,

@@ -78,6 +78,16 @@ class StreamDigest:
                 self._part = hashlib.md5(usedforsecurity=False)
                 self._part_fill = 0
 
+    @classmethod
+    def of_one_part(cls, size: int, md5: bytes) -> StreamDigest:
+        """The digest of ``size`` bytes taken as one part whose MD5 is ``md5`` (hashed elsewhere:
+        by a writer that sends the object as one request)."""
+        digest = cls(max(1, size))
+        digest.size = size
+        if size:
+            digest._part_md5s = [md5]
+        return digest
+
     def part_md5s(self) -> list[bytes]:
         """The MD5 of each part taken (an empty stream is one empty part)."""
         parts = list(self._part_md5s)

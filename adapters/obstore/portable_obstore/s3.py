@@ -115,7 +115,7 @@ from portable.driver.http import code_of_status, normal_etag
 from portable.driver.limits import S3_MAX_KEY_BYTES, S3_MAX_PUT_BYTES, s3_capabilities
 from portable.driver.naming import check_s3_bucket_name, parse_s3_url
 from portable.driver.redaction import redact
-from portable.driver.storage import ResumableWriteStream, StorageDriver, WriteOptions
+from portable.driver.storage import ResumableWriteStream, StorageDriver, WriteOptions, WriteStream
 from portable.errors import ErrorCode, MissingDependency
 from portable.resilience import attempt_timeout, remaining
 from portable.urls import ParsedURL
@@ -124,6 +124,7 @@ from ._common import (
     _HTTP_CODES,
     NO_RETRIES,
     ObstoreStorage,
+    StreamFailed,
     client_options,
     header_attributes,
     header_like_names,
@@ -151,6 +152,17 @@ def _boto3_wanted(profile: str | None) -> bool:
 
 
 # ---------------------------------------------------------------- requests obstore cannot make
+def _answer_error(what: str, status: int, answer: bytes) -> S3RequestFailed:
+    """The S3RequestFailed of an error answer (its XML body's Code and Message)."""
+    code = message = ""
+    try:
+        root = ET.fromstring(answer)
+        code, message = root.findtext("Code") or "", root.findtext("Message") or ""
+    except ET.ParseError:
+        message = answer[:200].decode("utf-8", "replace")
+    return S3RequestFailed(what, status, code, message)
+
+
 class S3RequestFailed(Exception):
     """An S3 error answer to a request this driver signed itself (see :class:`_SignedS3`).
 
@@ -329,13 +341,7 @@ class _SignedS3:
         finally:
             connection.close()
         if response.status >= 300:
-            code = message = ""
-            try:
-                root = ET.fromstring(answer)
-                code, message = root.findtext("Code") or "", root.findtext("Message") or ""
-            except ET.ParseError:
-                message = answer[:200].decode("utf-8", "replace")
-            raise S3RequestFailed(what, response.status, code, message)
+            raise _answer_error(what, response.status, answer)
         return received, answer
 
     # -- the requests ------------------------------------------------------
@@ -385,6 +391,163 @@ class _SignedS3:
                 return False
             raise
         return True
+
+
+#: The longest stream sent as one PutObject when its length is known (``open(..., size=)``): rclone's
+#: default ``--s3-upload-cutoff``; a longer one is a multipart upload (a failed part is resent alone).
+SINGLE_PUT_CUTOFF = 200 * 1024 * 1024
+
+#: Bytes per signed chunk of a streamed PutObject whose payload is signed (``aws-chunked``).
+SIGNED_CHUNK = 1024 * 1024
+
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+_SIGNATURE_LINE = len(";chunk-signature=") + 64 + 2
+
+
+def _framed(n: int) -> int:
+    """The length on the wire of one ``aws-chunked`` chunk of ``n`` bytes."""
+    return len(f"{n:x}") + _SIGNATURE_LINE + n + 2
+
+
+class _SizedPut(WriteStream):
+    """One PutObject of a known length whose body is streamed from the writes (``open(..., size=)``).
+
+    The request's headers go out at open, each :meth:`write` onto the socket
+    (backpressure is the socket's), and :meth:`commit` reads the answer. The
+    last byte written (signed: the CRLF that ends the last chunk, and the
+    final empty chunk) is held back until :meth:`commit`, so the server never
+    has the whole body before the caller commits: an :meth:`abort` (or a
+    killed process) closes the connection with the body short, and S3 stores
+    nothing; what was sent is not kept here. With ``sign_payload`` (the
+    default on ``http://``) the body is sent ``aws-chunked`` with every
+    :data:`SIGNED_CHUNK` signed (``STREAMING-AWS4-HMAC-SHA256-PAYLOAD``);
+    otherwise ``UNSIGNED-PAYLOAD``. Metadata go as ``x-amz-meta-<name>``,
+    as in :meth:`_SignedS3.put_object`. The etag of the answer is the MD5 of
+    the body, which the caller verifies. A failed send spoils the stream
+    (StreamFailed, not retryable: a body cannot be rewound).
+    """
+
+    def __init__(self, signed: _SignedS3, full_key: str, options: WriteOptions, size: int) -> None:
+        self._what = f"PUT {full_key!r}"
+        self._chunked = signed.sign_payload
+        headers = header_attributes(options)
+        for name, value in options.metadata.items():
+            headers[f"x-amz-meta-{name}"] = value
+        if self._chunked:
+            full, rest = divmod(size, SIGNED_CHUNK)
+            length = full * _framed(SIGNED_CHUNK) + (_framed(rest) if rest else 0) + _framed(0)
+            encoding = headers.pop("Content-Encoding", None)
+            headers["content-encoding"] = "aws-chunked" + (f",{encoding}" if encoding else "")
+            headers["x-amz-decoded-content-length"] = str(size)
+            payload = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+        else:
+            length, payload = size, "UNSIGNED-PAYLOAD"
+        headers["content-length"] = str(length)
+        base = urllib.parse.urlsplit(signed.base_url)
+        path = base.path + "/" + _quote(full_key, "/~")
+        access_key, secret, token = signed._credentials()
+        now = dt.datetime.now(dt.UTC)
+        day = now.strftime("%Y%m%d")
+        self._stamp = now.strftime("%Y%m%dT%H%M%SZ")
+        self._scope = f"{day}/{signed.region}/s3/aws4_request"
+        self._signing_key = _signing_key(secret, day, signed.region)
+        sent = sigv4_headers(
+            "PUT", base.netloc, path, "", headers, payload,
+            credentials=(access_key, secret, token), region=signed.region, now=now,
+        )
+        self._previous = sent["authorization"].rsplit("Signature=", 1)[1]
+        limit = attempt_timeout()
+        timeout = max(0.001, signed.timeout if limit is None else min(limit, signed.timeout))
+        kind = http.client.HTTPSConnection if base.scheme == "https" else http.client.HTTPConnection
+        self._connection: http.client.HTTPConnection = kind(base.hostname or "", base.port, timeout=timeout)
+        self._carry = bytearray()
+        self._held: tuple[bytes, ...] = ()
+        self._failed: BaseException | None = None
+        self._spent = False
+        try:
+            self._connection.putrequest("PUT", path, skip_host=True, skip_accept_encoding=True)
+            for name, value in sent.items():
+                self._connection.putheader(name, value)
+            self._connection.endheaders()
+        except BaseException:
+            self._connection.close()
+            raise
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise StreamFailed("an earlier write of this stream failed; it was aborted") from self._failed
+        if self._spent:
+            raise StreamFailed("this stream's request was sent already: write again from the start")
+
+    def _send(self, pieces: tuple[bytes | memoryview, ...], keep: bytes) -> None:
+        """Send what was held, then ``pieces``; hold ``keep`` (a few bytes, copied: the caller's
+        buffer is free once this returns) as the last the server is to get before the commit."""
+        for piece in (*self._held, *pieces):
+            self._connection.send(piece)
+        self._held = (keep,) if keep else ()
+
+    def _frame(self, data: bytes | memoryview) -> None:
+        """Sign and queue one ``aws-chunked`` chunk (each signature chains on the one before)."""
+        digest = hashlib.sha256(data).hexdigest()
+        to_sign = f"AWS4-HMAC-SHA256-PAYLOAD\n{self._stamp}\n{self._scope}\n{self._previous}\n{_EMPTY_SHA256}\n{digest}"
+        self._previous = hmac.new(self._signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
+        self._send((f"{len(data):x};chunk-signature={self._previous}\r\n".encode(), data), b"\r\n")
+
+    def write(self, data: bytes) -> None:
+        self._check()
+        try:
+            if not self._chunked:
+                if data:
+                    view = memoryview(data)
+                    self._send((view[:-1],), bytes(view[-1:]))
+                return
+            view = memoryview(data)
+            if self._carry:
+                need = SIGNED_CHUNK - len(self._carry)
+                self._carry += view[:need]
+                view = view[need:]
+                if len(self._carry) < SIGNED_CHUNK:
+                    return
+                self._frame(bytes(self._carry))
+                self._carry.clear()
+            while len(view) >= SIGNED_CHUNK:
+                self._frame(view[:SIGNED_CHUNK])
+                view = view[SIGNED_CHUNK:]
+            if view:
+                self._carry += view
+        except Exception as exc:
+            self._failed = exc
+            self._connection.close()
+            raise StreamFailed(f"sending the body of {self._what} failed: {exc}") from exc
+
+    def commit(self) -> str | None:
+        self._check()
+        self._spent = True
+        try:
+            if self._chunked:
+                if self._carry:
+                    self._frame(bytes(self._carry))
+                self._frame(b"")
+            self._send((), b"")
+            response = self._connection.getresponse()
+            answer = response.read()
+            etag = response.getheader("etag")
+        except Exception as exc:
+            self._failed = exc
+            raise StreamFailed(f"sending {self._what} failed: {exc}") from exc
+        finally:
+            self._held = ()
+            self._connection.close()
+        if response.status >= 300:
+            raise _answer_error(self._what, response.status, answer)
+        return normal_etag(etag)
+
+    def abort(self) -> None:
+        """Close the connection with the body short of its length: the server stores nothing."""
+        self._spent = True
+        self._held = ()
+        self._carry.clear()
+        self._connection.close()
 
 
 class ObstoreS3Storage(ObstoreStorage):
@@ -518,6 +681,14 @@ class ObstoreS3Storage(ObstoreStorage):
             yield from StorageDriver.put_many(self, items, options)  # threads, each a signed put
             return
         yield from super().put_many(items, options)
+
+    def open_sized_write(self, key: str, options: WriteOptions, size: int) -> WriteStream | None:
+        """One streamed PutObject of ``size`` bytes (:class:`_SizedPut`), as rclone sends an object under
+        its upload cutoff; None (a multipart upload) above :data:`SINGLE_PUT_CUTOFF`, and for a
+        conditional write (spooled and sent with its condition, as without ``size``)."""
+        if size > SINGLE_PUT_CUTOFF or ObstoreStorage.sent_whole(self, options):
+            return None
+        return _SizedPut(self._signed, self._root + key, options, size)
 
     def open_resumable(self, key: str, options: WriteOptions, part_size: int) -> ResumableWriteStream:
         """A multipart upload of signed requests that a later process finds and continues
