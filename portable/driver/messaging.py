@@ -130,6 +130,7 @@ __all__ = [
     "NACKED",
     "ORIGINAL_ID",
     "RESERVED_PREFIX",
+    "plain_items",
     "Delivery",
     "MessagingCapabilities",
     "MessagingDriver",
@@ -619,6 +620,12 @@ class TopicDriver(abc.ABC):
         message could be judged (then the portable layer retries the batch).
         The portable layer passes at most ``capabilities.max_batch`` messages.
         Messages with the same ``key`` must keep their order.
+
+        ``messages`` is a sequence that may also offer ``plain_items()``
+        (:func:`plain_items` reads it): the same messages as a list in which a
+        message that has only a body (no attributes, key or idempotency key) is
+        its ``bytes``, so a driver that publishes many small messages need not
+        have an OutgoingMessage made for each.
         """
         out: list[str | BaseException] = []
         for message in messages:
@@ -766,3 +773,19 @@ class MessagingDriver(Classifier, abc.ABC):
 
     def close(self) -> None:
         """Release connections and threads."""
+
+
+def plain_items(messages: Iterable[OutgoingMessage]) -> list[bytes | OutgoingMessage]:
+    """The messages of a :meth:`TopicDriver.publish_batch` call, a body-only message as its ``bytes``.
+
+    The portable layer keeps a validated plain body as ``bytes`` until a driver
+    reads it; a driver that checks ``type(item) is bytes`` publishes it with no
+    OutgoingMessage made (about 2 us per message in CPython 3.11). Any other
+    iterable is read as it is.
+    """
+    offered = getattr(messages, "plain_items", None)
+    if offered is not None:
+        items: list[bytes | OutgoingMessage] = offered()
+        return items
+    return list(messages)
+

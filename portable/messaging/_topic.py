@@ -371,6 +371,11 @@ class LazyOutgoingMessages(Sequence[OutgoingMessage]):
     def __init__(self, items: list[bytes | OutgoingMessage]) -> None:
         self._items = items
 
+    def plain_items(self) -> list[bytes | OutgoingMessage]:
+        """The items as they are held: a body-only message as its ``bytes`` (see
+        :func:`portable.driver.messaging.plain_items`); the list must not be changed."""
+        return self._items
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -27,7 +27,7 @@ from collections import namedtuple
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from portable.driver.messaging import OutgoingMessage, TopicDriver
+from portable.driver.messaging import OutgoingMessage, TopicDriver, plain_items
 from portable.errors import DeadlineExceeded, TooLarge
 from portable.resilience import remaining
 
@@ -135,17 +135,19 @@ class ConfluentTopic(TopicDriver):
         prefix = f"{topic}/"
 
         produce = producer.produce
-        for i, message in enumerate(messages):
+        for i, message in enumerate(plain_items(messages)):
             out.append(None)
-            key = message.key
-            attributes = message.attributes
+            if type(message) is bytes:  # a body-only message: no OutgoingMessage was made for it
+                body, key, headers = message, None, None
+            else:
+                body, text, attributes = message.body, message.key, message.attributes
+                key = None if text is None else text.encode("utf-8")
+                headers = to_headers(attributes) if attributes else None
             delivered = report(_delivered, out, i, prefix)
             try:
-                produce(topic, message.body, None if key is None else key.encode("utf-8"),
-                        headers=to_headers(attributes) if attributes else None, on_delivery=delivered)  # fmt: skip
+                produce(topic, body, key, headers=headers, on_delivery=delivered)
             except BufferError:
-                _produce(producer, topic, message.body, None if key is None else key.encode("utf-8"),
-                         to_headers(attributes) if attributes else None, delivered)  # fmt: skip
+                _produce(producer, topic, body, key, headers, delivered)
             except Exception as exc:  # e.g. a record over message.max.bytes, refused before sending
                 error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
                 out[i] = _explain(error, topic) if error is not None else exc

@@ -47,6 +47,7 @@ import logging
 import threading
 import urllib.error
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import Any
 
 from portable.driver.messaging import (
@@ -55,6 +56,7 @@ from portable.driver.messaging import (
     OutgoingMessage,
     SubscriptionDriver,
     TopicDriver,
+    plain_items,
 )
 from portable.driver.redaction import redact
 from portable.errors import ErrorCode, InvalidURL, PortableError
@@ -320,7 +322,7 @@ class PulsarTopic(TopicDriver):
         return message_id_text(mid)
 
     def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
-        batch = list(messages)
+        batch = plain_items(messages)  # a body-only message stays its bytes (no object made for it)
         size = len(batch)
         out: list[str | BaseException] = [""] * size
         if not size:
@@ -331,19 +333,19 @@ class PulsarTopic(TopicDriver):
         done = threading.Event()
         ok = self._ok
 
-        def callback(index: int) -> Any:
-            def sent(result: Any, mid: Any) -> None:
-                # str(MessageId) is "(ledger,entry,partition,batch_index)": one call instead of four
-                out[index] = str(mid)[1:-1].replace(",", ":") if result == ok else PulsarSendError(result)
-                if settled() == size:
-                    done.set()
+        def sent(index: int, result: Any, mid: Any) -> None:
+            # str(MessageId) is "(ledger,entry,partition,batch_index)": one call instead of four
+            out[index] = str(mid)[1:-1].replace(",", ":") if result == ok else PulsarSendError(result)
+            if settled() == size:
+                done.set()
 
-            return sent
-
-        send = self._send_async
+        send, send_body = self._send_async, self._send_body
         for index, message in enumerate(batch):
             try:
-                send(message, callback(index))
+                if type(message) is bytes:
+                    send_body(message, partial(sent, index))
+                else:
+                    send(message, partial(sent, index))
             except Exception as exc:  # refused by the client before it queued the message
                 out[index] = exc
                 if settled() == size:
@@ -351,6 +353,12 @@ class PulsarTopic(TopicDriver):
         self.producer.flush()
         done.wait()
         return out
+
+    def _send_body(self, body: bytes, callback: Any) -> None:
+        """:meth:`_send_async` of a message that has only a body."""
+        builder = self._builder()
+        builder.content(body)
+        self._native.send_async(builder.build(), callback)
 
     def _send_async(self, message: OutgoingMessage, callback: Any) -> None:
         # the binding's MessageBuilder, as pulsar.Producer.send_async builds it, without the

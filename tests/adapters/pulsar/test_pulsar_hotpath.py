@@ -86,3 +86,27 @@ def test_a_shortened_lease_ends_on_time(url: str) -> None:
         assert again.body == b"short" and again.delivery_attempt == 2
         assert time.monotonic() - started < 20
         again.ack()
+
+
+def test_a_batch_of_plain_bodies_and_full_messages_arrives_whole(url: str) -> None:
+    """publish_batch hands a body-only item to the driver as its bytes (plain_items): mixed with
+    full messages, every body, key and attribute arrives, and the ids are in input order."""
+    items: list[bytes | pm.OutgoingMessage] = []
+    for i in range(40):
+        if i % 3:
+            items.append(f"plain-{i}".encode())
+        else:
+            items.append(pm.OutgoingMessage(f"full-{i}".encode(), {"i": str(i)}, f"k{i % 2}"))
+    with pm.open_topic(url) as topic, pm.open_subscription(url, lease=60) as sub:
+        ids = topic.publish_batch(items)
+        assert len(ids) == len(set(ids)) == 40
+        got = {m.body: m for m in _receive(sub, 40)}
+        sub.ack_many(list(got.values()))
+    for i, item in enumerate(items):
+        if isinstance(item, bytes):
+            m = got[item]
+            assert (m.key, dict(m.attributes)) == (None, {})
+        else:
+            m = got[item.body]
+            assert (m.key, dict(m.attributes)) == (item.key, {"i": str(i)})
+        assert m.id == ids[i]
