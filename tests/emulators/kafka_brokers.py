@@ -46,7 +46,7 @@ from .harness import (
     java_problem,
     log_tail,
 )
-from .kafka_wire import check_broker
+from .kafka_wire import GROUP, TRANSACTION, check_broker, coordinator_ready
 
 KAFKA_VERSION = "4.1.1"
 KAFKA_HOME = CACHE_DIR / "kafka"
@@ -176,6 +176,9 @@ class KafkaBroker(Emulator):
 
     def health_check(self, info: EmulatorInfo, timeout: float) -> None:
         check_broker(info.host, info.port, timeout=timeout)
+        # healthy once a consumer group can join and an idempotent producer get its id
+        coordinator_ready(info.host, info.port, GROUP, timeout=timeout)
+        coordinator_ready(info.host, info.port, TRANSACTION, timeout=timeout)
 
 
 # --- Tansu ---------------------------------------------------------------------------------

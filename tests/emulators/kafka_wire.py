@@ -1,8 +1,10 @@
 """Just enough of the Kafka wire protocol to health-check a broker with no client library.
 
-Two requests: ApiVersions (key 18, v0, which every broker answers) and Metadata
+Three requests: ApiVersions (key 18, v0, which every broker answers), Metadata
 (key 3) at the newest non-flexible version both sides share (v4..v8), which
-lists the brokers a client would be sent to. See the protocol guide at
+lists the brokers a client would be sent to, and FindCoordinator (key 10, v1 or
+v2), which answers COORDINATOR_LOAD_IN_PROGRESS until the broker has loaded its
+group or transaction state. See the protocol guide at
 kafka.apache.org/protocol for the layouts used here.
 """
 
@@ -14,6 +16,10 @@ from dataclasses import dataclass
 
 API_VERSIONS = 18
 METADATA = 3
+FIND_COORDINATOR = 10
+#: FindCoordinator's key types: a consumer group, a transactional id (also the
+#: coordinator an idempotent producer's InitProducerId needs loaded)
+GROUP, TRANSACTION = 0, 1
 _CLIENT_ID = b"portable-emulator-harness"
 
 
@@ -119,3 +125,29 @@ def check_broker(host: str, port: int, timeout: float = 5.0) -> list[Broker]:
     if not any(b.host == host and b.port == port for b in brokers):
         raise KafkaWireError(f"broker at {host}:{port} advertises {brokers}, not itself")
     return brokers
+
+
+def coordinator_ready(host: str, port: int, key_type: int, timeout: float = 5.0) -> None:
+    """Raise unless FindCoordinator names a coordinator for ``key_type`` (:data:`GROUP`, :data:`TRANSACTION`).
+
+    A fresh KRaft broker creates ``__consumer_offsets`` / ``__transaction_state``
+    on the first such request and answers COORDINATOR_NOT_AVAILABLE (15) or
+    COORDINATOR_LOAD_IN_PROGRESS (14) until their state is loaded; a group join
+    or an idempotent producer's first send made meanwhile waits, which a test
+    with a 20 s receive timeout then reads as lost messages.
+    """
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        versions = _api_versions(sock)
+        low, high = versions.get(FIND_COORDINATOR, (0, -1))
+        version = min(high, 2)
+        if version < max(low, 1):
+            raise KafkaWireError(f"no FindCoordinator version in 1..2 is offered (broker: {low}..{high})")
+        key = b"portable-emulator-harness"
+        body = struct.pack(">h", len(key)) + key + struct.pack(">b", key_type)
+        reader = _exchange(sock, FIND_COORDINATOR, version, 3, body)
+        reader.take(">i")  # throttle_time_ms
+        error = reader.take(">h")
+        message = reader.string()
+        if error != 0:
+            raise KafkaWireError(f"FindCoordinator (key type {key_type}) returned error code {error}: {message}")
+
