@@ -165,12 +165,18 @@ def measure(t: Any, label: str, prefix: str, count: int, size: int, rounds: int,
     rows = []
     for name, values in rates.items():
         med = statistics.median(values)
+        # the paired ratio: this contestant over rclone in the same round (the rounds share the
+        # machine's state, which drifts: the server's caches warm, the load moves), as every other
+        # bench here reports it; the ratio of the two medians is kept beside it
+        paired = [v / b for v, b in zip(values, rates["rclone sync"], strict=True)] if base else []
         rows.append({
             "contestant": name,
             "objects_per_s": round(med, 1),
             "MiB_per_s": round(med * size / MIB, 1),
             "min-max objects/s": f"{min(values):.1f}-{max(values):.1f}",
-            "ratio_vs_rclone": round(med / base, 3) if base else "-",
+            "paired_ratio_vs_rclone": (f"{statistics.median(paired):.3f} ({min(paired):.3f}-{max(paired):.3f})"
+                                       if paired else "-"),
+            "ratio_of_medians": round(med / base, 3) if base else "-",
             "peak_RSS_MiB": round(max(rss[name]) / 1024),
             "note": notes.get(name, "") + (
                 f"; {count / statistics.median(inside[name]):.1f} objects/s inside the call" if name in inside else ""),
@@ -237,7 +243,8 @@ def main() -> int:
     (RESULTS / f"{name}.json").write_text(json.dumps({"meta": meta, "results": sections}, indent=2))
     md = [f"# {name}", "", "`python bench/sync_bench.py" + (" --quick" if args.quick else "") + "`: "
           "portable.transfer.sync (the library call, in a process of its own) against rclone sync, between "
-          "two buckets of bench/s3s-server; interleaved rounds, medians with min-max; each process timed "
+          "two buckets of bench/s3s-server; interleaved rounds, medians with min-max; the paired ratio is "
+          "the median (min-max) of portable / rclone in the same round; each process timed "
           "start to exit; peak RSS is VmHWM. See the script's docstring for what each side checks.", "",
           f"{meta}", ""]
     md += [table(title, rows) for title, rows in sections.items()]
