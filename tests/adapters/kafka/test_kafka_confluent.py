@@ -286,7 +286,9 @@ def test_a_rebalance_that_gives_the_partitions_back_keeps_their_leases(
         )
         try:
             other.subscribe([driver.dead_letter_topic])  # a topic that exists, and not ours
-            until = time.monotonic() + 30
+            # 60 s: kafka-python learns of the rebalance from a heartbeat (every 3 s) and rejoins at its
+            # next poll; on a loaded CI machine (4 test workers, 2 cores) 30 s was once not enough
+            until = time.monotonic() + 60
             while driver.assignments == epoch and time.monotonic() < until:
                 other.poll(0.1)
                 assert sub.receive(10, wait=0.2) == [], "the leased message was delivered again"
