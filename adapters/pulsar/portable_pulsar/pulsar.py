@@ -339,13 +339,10 @@ class PulsarTopic(TopicDriver):
             if settled() == size:
                 done.set()
 
-        send, send_body = self._send_async, self._send_body
+        send = self._send_async
         for index, message in enumerate(batch):
             try:
-                if type(message) is bytes:
-                    send_body(message, partial(sent, index))
-                else:
-                    send(message, partial(sent, index))
+                send(message, partial(sent, index))
             except Exception as exc:  # refused by the client before it queued the message
                 out[index] = exc
                 if settled() == size:
@@ -354,16 +351,16 @@ class PulsarTopic(TopicDriver):
         done.wait()
         return out
 
-    def _send_body(self, body: bytes, callback: Any) -> None:
-        """:meth:`_send_async` of a message that has only a body."""
-        builder = self._builder()
-        builder.content(body)
-        self._native.send_async(builder.build(), callback)
-
-    def _send_async(self, message: OutgoingMessage, callback: Any) -> None:
+    def _send_async(self, message: OutgoingMessage | bytes, callback: Any) -> None:
         # the binding's MessageBuilder, as pulsar.Producer.send_async builds it, without the
-        # wrapper's per-argument type checks (the portable layer checked every argument already)
+        # wrapper's per-argument type checks (the portable layer checked every argument already);
+        # a body-only message of a batch comes as its bytes (plain_items)
         builder = self._builder()
+        if type(message) is bytes:
+            builder.content(message)
+            self._native.send_async(builder.build(), callback)
+            return
+        assert isinstance(message, OutgoingMessage)
         builder.content(message.body)
         attributes = message.attributes
         if attributes:
