@@ -35,6 +35,7 @@ import obstore
 from obstore import exceptions as oe
 
 from portable.driver import Classifier
+from portable.driver.fanout import map_blocking
 from portable.driver.http import HTTP_STATUS_CODES, code_of_status
 from portable.driver.naming import split_obstore_attributes
 from portable.driver.storage import (
@@ -621,9 +622,46 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
         """Whether ``put`` sends a write with ``options`` as a request of its own, not through obstore."""
         return False
 
-    # -- batches: obstore's async API on the private loop ----------------
-    def _batch(self, fn: Callable[[Any], Awaitable[T]], items: list[Any]) -> list[T | BaseException]:
-        return run_on_loop(_bounded(fn, items, self.batch_concurrency), remaining())
+    # -- batches: obstore's blocking calls on a few worker threads -------
+    def _batch(
+        self,
+        fn: Callable[[Any], Awaitable[T]],
+        items: list[Any],
+        blocking: Callable[[Any], T] | None = None,
+    ) -> list[T | BaseException]:
+        """``blocking`` over ``items`` on ``batch_concurrency`` worker threads (:mod:`portable.driver.fanout`).
+
+        A batch under a deadline runs coroutine function ``fn`` on the private
+        loop instead, so the deadline can cancel the requests in flight (a
+        blocking call cannot be interrupted).
+        """
+        deadline = remaining()
+        if blocking is not None and deadline is None:
+            return list(map_blocking(blocking, items, self.batch_concurrency))
+        return run_on_loop(_bounded(fn, items, self.batch_concurrency), deadline)
+
+    # the blocking call of one batch item (both faces run these on the worker threads)
+    def blocking_get(self, key: str) -> bytes:
+        return read_whole(self.store, self._root + key)
+
+    def blocking_putter(self, options: WriteOptions) -> Callable[[tuple[str, bytes]], str | None]:
+        """The blocking put of one ``(key, data)`` item of a batch written with ``options``."""
+        store, root, etag_of = self.store, self._root, self.etag_of
+        attributes = self.attributes(options)
+
+        def put(item: tuple[str, bytes]) -> str | None:
+            return etag_of(obstore.put(store, root + item[0], item[1], attributes=attributes, use_multipart=False))
+
+        return put
+
+    def blocking_delete(self, key: str) -> None:
+        try:
+            obstore.delete(self.store, self._root + key)
+        except FileNotFoundError:
+            pass  # Azure answers 404 for a missing blob; S3 and GCS do not
+
+    def blocking_copy(self, pair: tuple[str, str]) -> None:
+        obstore.copy(self.store, self._root + pair[0], self._root + pair[1])
 
     def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
         store, root = self.store, self._root
@@ -631,7 +669,7 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
         async def one(key: str) -> bytes:
             return await read_whole_async(store, root + key)
 
-        yield from zip(keys, self._batch(one, keys), strict=True)
+        yield from zip(keys, self._batch(one, keys, self.blocking_get), strict=True)
 
     def put_many(
         self, items: list[tuple[str, bytes]], options: WriteOptions
@@ -646,7 +684,7 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
             )
             return etag_of(result)
 
-        yield from zip((key for key, _ in items), self._batch(one, items), strict=True)
+        yield from zip((key for key, _ in items), self._batch(one, items, self.blocking_putter(options)), strict=True)
 
     def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
         store, root = self.store, self._root
@@ -657,7 +695,7 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
             except FileNotFoundError:
                 pass
 
-        yield from zip(keys, self._batch(one, keys), strict=True)
+        yield from zip(keys, self._batch(one, keys, self.blocking_delete), strict=True)
 
     def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
         store, root = self.store, self._root
@@ -665,7 +703,7 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
         async def one(pair: tuple[str, str]) -> None:
             await obstore.copy_async(store, root + pair[0], root + pair[1])
 
-        yield from zip((dst for _, dst in pairs), self._batch(one, pairs), strict=True)
+        yield from zip((dst for _, dst in pairs), self._batch(one, pairs, self.blocking_copy), strict=True)
 
     def async_driver(self) -> AsyncStorageDriver:
         """obstore's coroutines on the caller's loop, on this driver's store (:mod:`._aio`)."""

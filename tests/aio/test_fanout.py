@@ -1,0 +1,154 @@
+"""portable.driver.fanout: blocking calls over a few worker threads, both faces.
+
+Real threads and real blocking (sleeps, events); the functions here stand in
+for a library's blocking request, which releases the GIL the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+
+import pytest
+
+from portable.driver.fanout import amap_blocking, map_blocking
+
+WHO = contextvars.ContextVar("WHO", default="nobody")
+
+
+class Recorder:
+    """Counts calls in flight and remembers the most seen at once."""
+
+    def __init__(self, pause: float = 0.0) -> None:
+        self.pause = pause
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.started: list[int] = []
+        self.ended: list[int] = []
+        self.threads: set[int] = set()
+
+    def __call__(self, item: int) -> int:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.started.append(item)
+            self.threads.add(threading.get_ident())
+        try:
+            time.sleep(self.pause)
+            if item % 7 == 3:
+                raise ValueError(f"item {item} fails")
+            return item * 10
+        finally:
+            with self.lock:
+                self.now -= 1
+                self.ended.append(item)
+
+
+def check_outcomes(items: list[int], out: list[int | Exception]) -> None:
+    assert len(out) == len(items)
+    for item, outcome in zip(items, out, strict=True):
+        if item % 7 == 3:
+            assert isinstance(outcome, ValueError) and str(outcome) == f"item {item} fails"
+        else:
+            assert outcome == item * 10
+
+
+def test_map_blocking_returns_each_outcome_in_order_with_the_bound_kept() -> None:
+    rec = Recorder(pause=0.002)
+    items = list(range(200))
+    out = map_blocking(rec, items, 8)
+    check_outcomes(items, out)
+    assert sorted(rec.started) == items  # each item exactly once
+    assert 2 <= rec.most <= 8
+    assert threading.get_ident() in rec.threads  # the caller is one of the workers
+
+
+def test_map_blocking_of_one_item_or_one_worker_starts_no_thread() -> None:
+    rec = Recorder()
+    assert map_blocking(rec, [5], 16) == [50]
+    assert map_blocking(rec, [1, 2, 4], 1) == [10, 20, 40]
+    assert rec.threads == {threading.get_ident()}
+    assert map_blocking(rec, [], 16) == []
+
+
+def test_workers_see_the_callers_context_variables() -> None:
+    WHO.set("caller")
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def look(_: int) -> None:
+        time.sleep(0.001)
+        with lock:
+            seen.append(WHO.get())
+
+    map_blocking(look, list(range(40)), 8)
+    assert seen == ["caller"] * 40
+
+
+def test_amap_blocking_does_not_block_the_loop_and_keeps_the_bound() -> None:
+    rec = Recorder(pause=0.005)
+    items = list(range(120))
+
+    async def main() -> tuple[list[int | Exception], int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        out = await amap_blocking(rec, items, 6)
+        task.cancel()
+        return out, ticks
+
+    out, ticks = asyncio.run(main())
+    check_outcomes(items, out)
+    assert rec.most <= 6
+    assert ticks >= 10  # the loop ran while the workers blocked (120 x 5 ms / 6 = 100 ms)
+    assert threading.main_thread().ident not in rec.threads
+
+
+def test_cancelling_amap_blocking_starts_nothing_more_and_waits_for_the_calls_in_flight() -> None:
+    rec = Recorder(pause=0.02)
+    items = list(range(400))
+
+    async def main() -> tuple[int, int]:
+        task = asyncio.create_task(amap_blocking(rec, items, 4))
+        await asyncio.sleep(0.07)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with rec.lock:
+            return len(rec.started), len(rec.ended)
+
+    started, ended = asyncio.run(main())
+    assert 0 < started < len(items)
+    assert started == ended  # every call that began had ended when the cancellation was raised
+    time.sleep(0.1)
+    assert len(rec.started) == started  # and none began afterwards
+
+
+def test_a_keyboard_interrupt_in_the_callers_thread_stops_the_batch() -> None:
+    calls: list[int] = []
+    lock = threading.Lock()
+    main = threading.get_ident()
+
+    def fn(item: int) -> int:
+        with lock:
+            calls.append(item)
+        if threading.get_ident() == main and len(calls) > 4:
+            raise KeyboardInterrupt
+        time.sleep(0.01)
+        return item
+
+    with pytest.raises(KeyboardInterrupt):
+        map_blocking(fn, list(range(1000)), 4)
+    done = len(calls)
+    assert done < 100
+    time.sleep(0.05)
+    assert len(calls) == done  # the helpers stopped with the caller
