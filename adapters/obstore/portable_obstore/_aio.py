@@ -44,7 +44,7 @@ from portable.driver.storage import ListPage, ObjectInfo, WriteOptions
 from portable.driver.threads import run_blocking
 from portable.resilience import remaining
 
-from ._common import StreamFailed, empty_slice, read_whole_async
+from ._common import BLOCKING_READ_LIMIT, StreamFailed, empty_slice, read_whole_async, small_bodies
 
 if TYPE_CHECKING:
     from ._common import ObstoreStorage
@@ -288,21 +288,29 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
 
     # -- batches ----------------------------------------------------------
     # Without a deadline a batch runs obstore's blocking calls on the worker threads of
-    # portable.driver.fanout (about half the client CPU of its coroutines for small objects);
-    # under a deadline, worker tasks on this loop, which the deadline can cancel mid-request.
+    # portable.driver.fanout (about half the client CPU of its coroutines for small objects), reads
+    # only while the bodies are small (_common.BLOCKING_READ_LIMIT); otherwise worker tasks on this
+    # loop, which a deadline can cancel mid-request.
     async def get_many(self, keys: list[str]) -> AsyncIterator[tuple[str, bytes | BaseException]]:
-        if remaining() is None:
-            got: list[bytes | Exception] = await amap_blocking(self.sync.blocking_get, keys, self.batch_concurrency)
+        sync = self.sync
+        if remaining() is None and sync.small_reads:  # the last batch read small bodies
+            got: list[bytes | Exception] = await amap_blocking(sync.blocking_get, keys, self.batch_concurrency)
+            sync.small_reads = small_bodies(got)
             for pair in zip(keys, got, strict=True):
                 yield pair
             return
         store, root = self._store, self._root
+        count = total = 0
 
         async def one(key: str) -> bytes:
-            return await read_whole_async(store, root + key)
+            nonlocal count, total
+            body = await read_whole_async(store, root + key)
+            count, total = count + 1, total + len(body)
+            return body
 
         async for outcome in as_finished(one, keys, self.batch_concurrency):
             yield outcome
+        sync.small_reads = total <= BLOCKING_READ_LIMIT * count or count == 0
 
     async def put_many(
         self, items: list[tuple[str, bytes]], options: WriteOptions

@@ -28,7 +28,7 @@ import io
 import re
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import obstore
@@ -190,6 +190,27 @@ async def read_body_async(result: Any) -> bytes:
         return bytes(await result.bytes_async())
     parts = [chunk async for chunk in result.stream(min_chunk_size=size)]
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+#: The mean body size up to which a batch read runs obstore's blocking calls (above it, its
+#: coroutines). A blocking read wakes its thread for every chunk that arrives: on s3s-fs, 16 KiB
+#: bodies cost 162 us of client CPU blocking against 218 as coroutines, 64 KiB break even, 1 MiB
+#: cost 3.96 ms against 2.90.
+BLOCKING_READ_LIMIT = 64 * 1024
+
+
+def small_bodies(results: Iterable[object]) -> bool:
+    """Whether the bodies a batch read (its ``bytes`` outcomes) average at most :data:`BLOCKING_READ_LIMIT`.
+
+    The next batch read of the driver takes the blocking path if so (a batch
+    of no body keeps that path).
+    """
+    count = total = 0
+    for result in results:
+        if isinstance(result, bytes):
+            count += 1
+            total += len(result)
+    return total <= BLOCKING_READ_LIMIT * count or count == 0
 
 
 # ---------------------------------------------------------------- the private event loop
@@ -461,6 +482,8 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
         self._root = f"{self.prefix}/" if self.prefix else ""
         self._cut = len(self._root)
         self.batch_concurrency = concurrency
+        #: whether the last batch read's bodies were small enough to read with blocking calls
+        self.small_reads = True
 
     # -- hooks ----------------------------------------------------------
     def attributes(self, options: WriteOptions) -> dict[str, str] | None:
@@ -669,7 +692,9 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
         async def one(key: str) -> bytes:
             return await read_whole_async(store, root + key)
 
-        yield from zip(keys, self._batch(one, keys, self.blocking_get), strict=True)
+        results = self._batch(one, keys, self.blocking_get if self.small_reads else None)
+        self.small_reads = small_bodies(results)
+        yield from zip(keys, results, strict=True)
 
     def put_many(
         self, items: list[tuple[str, bytes]], options: WriteOptions

@@ -69,16 +69,42 @@ def test_obstore_retries_are_off(bucket: Bucket) -> None:
     assert store.retry_config is not None and store.retry_config["max_retries"] == 0
 
 
-def test_batches_run_on_one_loop_thread_not_a_thread_per_object(bucket: Bucket) -> None:
+def test_batches_run_on_a_few_worker_threads_not_a_thread_per_object(bucket: Bucket) -> None:
     items = {f"b/{i:03d}": bytes([i % 256]) * 10 for i in range(300)}
-    bucket.put_many(items)  # starts the loop thread if no test did
+    bucket.put_many(items)  # starts the batch workers if no test did
     before = {t.ident for t in threading.enumerate()}
     bucket.put_many(items)
     assert bucket.get_many(items) == items
     bucket.delete_many(items)
     assert {t.ident for t in threading.enumerate()} == before
-    assert "portable-obstore-loop" in {t.name for t in threading.enumerate()}
+    workers = [t for t in threading.enumerate() if t.name.startswith("portable-batch")]
+    assert 1 <= len(workers) < 300
     assert list(bucket.list("b/")) == []
+
+
+def test_batch_reads_of_large_bodies_switch_to_obstores_coroutines_and_back(bucket: Bucket) -> None:
+    """Blocking reads while bodies are small; after a batch of large ones, the coroutine path."""
+    from portable_obstore._common import BLOCKING_READ_LIMIT
+
+    driver = bucket.driver
+    small = {f"s/{i}": b"x" * 100 for i in range(20)}
+    large = {f"l/{i}": bytes([i]) * (BLOCKING_READ_LIMIT * 2) for i in range(4)}
+    bucket.put_many(small | large)
+    assert bucket.get_many(small) == small and driver.small_reads
+    assert bucket.get_many(large) == large and not driver.small_reads
+    assert bucket.get_many(large) == large and not driver.small_reads  # read as coroutines, the same bytes
+    assert bucket.get_many(small) == small and driver.small_reads
+
+
+def test_a_batch_under_a_deadline_runs_as_cancellable_coroutines(bucket: Bucket) -> None:
+    from portable.resilience import deadline
+
+    items = {f"d/{i}": bytes([i]) * 50 for i in range(30)}
+    with deadline(30):
+        bucket.put_many(items)
+        assert bucket.get_many(items) == items
+    assert "portable-obstore-loop" in {t.name for t in threading.enumerate()}
+    bucket.delete_many(items)
 
 
 def test_an_aborted_multipart_write_leaves_no_parts(bucket: Bucket, aws: dict[str, str], s3_bucket: str) -> None:
