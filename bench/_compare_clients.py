@@ -101,6 +101,25 @@ def _threads(fn: Callable[[Any], Any], items: list[Any], pool: concurrent.future
         pass
 
 
+def _worker_threads(fn: Callable[[Any], Any], items: list[Any], pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    """IN_FLIGHT workers on ``pool`` sharing one iterator: no future per item (the threads' "pool" idiom)."""
+    it = iter(items)
+
+    def drain() -> None:
+        for item in it:
+            fn(item)
+
+    for future in [pool.submit(drain) for _ in range(min(IN_FLIGHT, len(items)))]:
+        future.result()
+
+
+#: contestant-name suffix -> how the blocking peers schedule a batch on 16 threads
+THREAD_IDIOMS: dict[str, Callable[[Callable[[Any], Any], list[Any], concurrent.futures.ThreadPoolExecutor], None]] = {
+    "16 threads": _threads,
+    "16 worker threads": _worker_threads,
+}
+
+
 # -- portable ---------------------------------------------------------------
 def portable_client(name: str, url: str) -> Client:
     from portable.config import Profile
@@ -190,6 +209,49 @@ def opendal_client(t: Target, prefix: str, idiom: str = "tasks") -> Client:
         lambda items: loop.run(schedule(put_one, list(items.items()))),
         lambda keys: loop.run(schedule(get_one, keys)),
         loop.close,
+    )
+
+
+# -- obstore and OpenDAL, their blocking calls on 16 threads -----------------------
+def blocking_client(t: Target, prefix: str, library: str, idiom: str) -> Client:
+    """obstore's or OpenDAL's *blocking* API (each call releases the GIL while it waits) on 16 threads.
+
+    ``idiom`` "16 threads" is ``ThreadPoolExecutor.map`` (as boto3 is driven);
+    "16 worker threads" is 16 workers sharing one iterator, the scheduling
+    portable's obstore batches use inside (``portable.driver.fanout``).
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(IN_FLIGHT)
+    if library == "obstore":
+        import obstore
+
+        store = obstore_store(t)
+
+        def put_one(item: tuple[str, bytes]) -> None:
+            obstore.put(store, prefix + item[0], item[1], use_multipart=False)
+
+        def get_one(key: str) -> None:
+            obstore.get(store, prefix + key).bytes()
+
+        name = f"obstore blocking ({idiom})"
+    else:
+        import opendal
+
+        op = opendal.Operator("s3", bucket=t.bucket, endpoint=t.endpoint, region=t.region,
+                              access_key_id=t.access_key, secret_access_key=t.secret_key, root="/" + prefix)
+
+        def put_one(item: tuple[str, bytes]) -> None:
+            op.write(item[0], item[1])
+
+        def get_one(key: str) -> None:
+            op.read(key)
+
+        name = f"OpenDAL blocking ({idiom})"
+    schedule = THREAD_IDIOMS[idiom]
+    return Client(
+        name,
+        lambda items: schedule(put_one, list(items.items()), pool),
+        lambda keys: schedule(get_one, keys, pool),
+        pool.shutdown,
     )
 
 

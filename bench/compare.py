@@ -161,6 +161,8 @@ def clients(t: cc.Target) -> list[cc.Client]:
             cc.portable_client("portable[obstore]", f"s3://{t.bucket}/{run}-po?engine=obstore&sign_payload=false&{q}"),
             cc.portable_client("portable[fsspec]", f"s3://{t.bucket}/{run}-pf?engine=fsspec&{q}"),
             *_async_peers(t, run),
+            *(cc.blocking_client(t, f"{run}-{lib[:2]}b{i}/", lib, idiom)
+              for lib in ("obstore", "OpenDAL") for i, idiom in enumerate(cc.THREAD_IDIOMS)),
             cc.s3fs_client(t, f"{run}-fs/"),
             cc.boto3_client(t, f"{run}-b3/"),
             cc.raw_http_client(t, f"{run}-raw/"),

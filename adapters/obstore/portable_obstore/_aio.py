@@ -13,9 +13,13 @@ loop, so 10,000 concurrent ``get`` calls hold 64 connections and their
 buffers, not 10,000 (memory stays bounded, as the thread-adapted face's pool
 bounds it).
 
-Batches (``get_many``, ``put_many``, ``delete_many``, ``copy_many``) run a fixed
-pool of ``batch_concurrency`` worker tasks over the items (no task per object)
-and yield each result as it finishes.
+Batches (``get_many``, ``put_many``, ``delete_many``, ``copy_many``) run
+obstore's blocking calls on ``batch_concurrency`` worker threads
+(:func:`portable.driver.fanout.amap_blocking`: no task, future or hop per
+object), about half the client CPU of its coroutines for small objects. Batch
+reads of large bodies, and every batch under a deadline, run a fixed pool of
+``batch_concurrency`` worker tasks on the loop instead and yield each result
+as it finishes (see ``get_many``).
 
 Streams: ``open_read`` is obstore's ``AsyncReadableFile``; ``open_write`` is
 obstore's async multipart writer, or, for a conditional write (which a
