@@ -51,6 +51,8 @@ def contestants(t: cc.Target, run: str) -> list[cc.Client]:
         cc.obstore_client(t, f"{run}-obp/", "pool"),
         cc.opendal_client(t, f"{run}-odt/", "tasks"),
         cc.opendal_client(t, f"{run}-odp/", "pool"),
+        cc.blocking_client(t, f"{run}-obw/", "obstore", "16 worker threads"),
+        cc.blocking_client(t, f"{run}-odw/", "OpenDAL", "16 worker threads"),
         cc.raw_http_client(t, f"{run}-raw/"),
     ]
 
