@@ -28,12 +28,12 @@ import abc
 import datetime as dt
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Literal, TypeVar
 
 from ..errors import InvalidKey, Unsupported
 from . import Capabilities, Classifier
+from .fanout import map_blocking
 
 if TYPE_CHECKING:
     from .aio_storage import AsyncStorageDriver
@@ -404,7 +404,7 @@ class StorageDriver(Classifier, abc.ABC):
 
     def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
         """Fetch many objects concurrently; yield each key with its bytes or its error."""
-        yield from zip(keys, _fan_out(self.get, keys, self.batch_concurrency), strict=True)
+        yield from zip(keys, _fan_out(self.get, keys, self.batch_concurrency, _never_blocks(self)), strict=True)
 
     def put_many(
         self, items: list[tuple[str, bytes]], options: WriteOptions
@@ -414,12 +414,12 @@ class StorageDriver(Classifier, abc.ABC):
         def one(item: tuple[str, bytes]) -> str | None:
             return self.put(item[0], item[1], options)
 
-        results = _fan_out(one, items, self.batch_concurrency)
+        results = _fan_out(one, items, self.batch_concurrency, _never_blocks(self))
         yield from zip((key for key, _ in items), results, strict=True)
 
     def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
         """Delete many objects concurrently; yield each key with None or its error."""
-        yield from zip(keys, _fan_out(self.delete, keys, self.batch_concurrency), strict=True)
+        yield from zip(keys, _fan_out(self.delete, keys, self.batch_concurrency, _never_blocks(self)), strict=True)
 
     def copy_many(self, pairs: list[tuple[str, str]]) -> Iterator[tuple[str, str | BaseException | None]]:
         """Copy many objects concurrently; yield each destination key with its etag (None where
@@ -428,7 +428,7 @@ class StorageDriver(Classifier, abc.ABC):
         def one(pair: tuple[str, str]) -> str | None:
             return self.copy(pair[0], pair[1])
 
-        results = _fan_out(one, pairs, self.batch_concurrency)
+        results = _fan_out(one, pairs, self.batch_concurrency, _never_blocks(self))
         yield from zip((dst for _, dst in pairs), results, strict=True)
 
     def abort_incomplete(self, prefix: str, older_than: dt.timedelta) -> list[str]:
@@ -470,19 +470,34 @@ A = TypeVar("A")
 R = TypeVar("R")
 
 
-def _fan_out(fn: Callable[[A], R], args: list[A], concurrency: int) -> list[R | BaseException]:
-    """Run ``fn`` over ``args`` on at most ``concurrency`` threads; errors are returned, not raised."""
+def _fan_out(
+    fn: Callable[[A], R], args: list[A], concurrency: int, inline: bool = False
+) -> list[R | BaseException]:
+    """Run ``fn`` over ``args`` on at most ``concurrency`` threads; errors are returned, not raised.
 
-    def result_or_error(arg: A) -> R | BaseException:
+    The threads are :mod:`portable.driver.fanout`'s workers (one shared
+    iterator, no future per item, the calling thread one of them), each in a
+    copy of the caller's context. ``inline`` (a driver that declares
+    ``never_blocks``): one loop on the calling thread, no thread at all.
+    """
+    if inline:
+        return _inline_map(fn, args)
+    return list(map_blocking(fn, args, max(1, concurrency)))
+
+
+def _inline_map(fn: Callable[[A], R], args: list[A]) -> list[R | BaseException]:
+    out: list[R | BaseException] = []
+    for arg in args:
         try:
-            return fn(arg)
-        except Exception as exc:
-            return exc
+            out.append(fn(arg))
+        except Exception as exc:  # an item's failure is its outcome
+            out.append(exc)
+    return out
 
-    if len(args) <= 1:
-        return [result_or_error(a) for a in args]
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(args))), thread_name_prefix="portable-batch") as pool:
-        return list(pool.map(result_or_error, args))
+
+def _never_blocks(driver: object) -> bool:
+    """Whether ``driver`` declares ``never_blocks = True`` (its calls return without waiting)."""
+    return getattr(driver, "never_blocks", False) is True
 
 
 def page_of_sorted_keys(
