@@ -410,7 +410,28 @@ class ConfluentSubscription(Rebalancing):
 
     def _close_clients(self) -> None:
         try:
+            self._leave_group()
             self.consumer.close()
         finally:
             if self._producer is not None:
                 self._producer.flush(self.settings.request_timeout)
+
+    def _leave_group(self) -> None:
+        """Unsubscribe and serve the revocation, so that ``close`` starts with nothing assigned.
+
+        librdkafka's ``consumer_close`` can hang forever inside the rebalance
+        callback when an assignment reaches it while it closes (its own
+        ``rd_kafka_assign`` never answers: confluentinc/librdkafka#4884, #4527);
+        seen here as a test teardown that never ended. Unsubscribing first and
+        polling until the assignment is empty (at most 10 s) is the workaround
+        its maintainers give. Records polled meanwhile are dropped unstored:
+        their offsets are not committed, so the group delivers them again.
+        """
+        consumer = self.consumer
+        try:
+            consumer.unsubscribe()
+            deadline = time.monotonic() + min(10.0, self.settings.request_timeout)
+            while consumer.assignment() and time.monotonic() < deadline:
+                consumer.poll(0.1)
+        except Exception as exc:  # the close that follows reports what matters
+            log.debug("leaving the group before close: %s", exc)
