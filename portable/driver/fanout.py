@@ -27,7 +27,6 @@ ends after the caller has seen it cancelled.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
@@ -120,6 +119,8 @@ async def amap_blocking(
     Cancelling the awaiting task stops the batch (no further item starts),
     waits for the calls in flight, and re-raises the cancellation.
     """
+    import asyncio  # here: importing portable.storage must not load asyncio
+
     if not items:
         return []
     batch = _Batch(fn, items)
