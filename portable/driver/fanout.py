@@ -15,9 +15,10 @@ future per worker, not per item). Both return one outcome per item, in input
 order: the function's result, or the ``Exception`` it raised.
 
 Threads: a process-wide pool of at most :data:`MAX_THREADS`, started as
-batches need them. A batch never waits for another: its caller (sync) or its
-first worker always makes progress, and a worker that starts after the items
-ran out returns at once.
+batches need them. A sync batch always makes progress (its calling thread
+works through the items even when every pool thread is busy with other
+batches); an async batch's workers wait for free threads then. A worker that
+starts after the items ran out returns at once.
 
 Cancellation (async): cancelling the awaiting task stops the workers taking
 new items; the calls already running finish (a thread cannot be interrupted)

@@ -48,7 +48,7 @@ from portable.driver.storage import ListPage, ObjectInfo, WriteOptions
 from portable.driver.threads import run_blocking
 from portable.resilience import remaining
 
-from ._common import BLOCKING_READ_LIMIT, StreamFailed, empty_slice, read_whole_async, small_bodies
+from ._common import StreamFailed, empty_slice, read_whole_async, small_bodies, small_mean
 
 if TYPE_CHECKING:
     from ._common import ObstoreStorage
@@ -293,7 +293,7 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
     # -- batches ----------------------------------------------------------
     # Without a deadline a batch runs obstore's blocking calls on the worker threads of
     # portable.driver.fanout (about half the client CPU of its coroutines for small objects), reads
-    # only while the bodies are small (_common.BLOCKING_READ_LIMIT); otherwise worker tasks on this
+    # only while the bodies are small (_common.small_mean); otherwise worker tasks on this
     # loop, which a deadline can cancel mid-request.
     async def get_many(self, keys: list[str]) -> AsyncIterator[tuple[str, bytes | BaseException]]:
         sync = self.sync
@@ -314,7 +314,7 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
 
         async for outcome in as_finished(one, keys, self.batch_concurrency):
             yield outcome
-        sync.small_reads = total <= BLOCKING_READ_LIMIT * count or count == 0
+        sync.small_reads = small_mean(count, total)
 
     async def put_many(
         self, items: list[tuple[str, bytes]], options: WriteOptions

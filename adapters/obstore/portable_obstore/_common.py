@@ -210,6 +210,11 @@ def small_bodies(results: Iterable[object]) -> bool:
         if isinstance(result, bytes):
             count += 1
             total += len(result)
+    return small_mean(count, total)
+
+
+def small_mean(count: int, total: int) -> bool:
+    """Whether ``count`` bodies of ``total`` bytes average at most :data:`BLOCKING_READ_LIMIT` (none: True)."""
     return total <= BLOCKING_READ_LIMIT * count or count == 0
 
 
