@@ -72,11 +72,12 @@ def test_obstore_retries_are_off(bucket: Bucket) -> None:
 def test_batches_run_on_a_few_worker_threads_not_a_thread_per_object(bucket: Bucket) -> None:
     items = {f"b/{i:03d}": bytes([i % 256]) * 10 for i in range(300)}
     bucket.put_many(items)  # starts the batch workers if no test did
+    bucket.get_many(items)  # and obstore's loop thread: a first batch read runs as coroutines
     before = {t.ident for t in threading.enumerate()}
     bucket.put_many(items)
     assert bucket.get_many(items) == items
     bucket.delete_many(items)
-    assert {t.ident for t in threading.enumerate()} == before
+    assert {t.ident for t in threading.enumerate()} == before, [t.name for t in threading.enumerate() if t.ident not in before]
     workers = [t for t in threading.enumerate() if t.name.startswith("portable-batch")]
     assert 1 <= len(workers) < 300
     assert list(bucket.list("b/")) == []
@@ -300,3 +301,33 @@ def test_an_unreachable_endpoint_for_a_signed_request_is_unavailable(aws: dict[s
     with pytest.raises(Unavailable) as info:
         b.put("x", b"1", metadata={"cache-control": "m"})
     assert info.value.retryable
+
+
+def test_a_cancelled_async_batch_starts_no_more_puts_and_leaves_no_partial_object(url: str) -> None:
+    """``AsyncBucket.put_many`` on obstore's worker threads, cancelled mid-batch on moto: the
+    cancellation waits for the puts in flight, no put starts after it, and every object there
+    is whole (one request each: nothing partial can be listed)."""
+    import asyncio
+
+    import portable.aio as aio
+
+    items = {f"c/{i:05d}": bytes([i % 251]) * 1024 for i in range(5000)}
+
+    async def main() -> tuple[int, int]:
+        async with aio.open_bucket(url, profile=contract_profile(url)) as b:
+            task = asyncio.ensure_future(b.put_many(items))
+            await asyncio.sleep(0.15)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            at_cancel = len([o.key async for o in b.list("c/")])
+            await asyncio.sleep(0.5)  # a put still running after the cancellation would land now
+            later = [o.key async for o in b.list("c/")]
+            got = await b.get_many(later)
+            assert all(got[k] == items[k] for k in later), "every object listed is whole"
+            await b.delete_many(later)
+            return at_cancel, len(later)
+
+    at_cancel, later = asyncio.run(main())
+    assert 0 < at_cancel < len(items), "cancelled mid-batch"
+    assert later == at_cancel, "no put started or landed after the cancellation returned"
