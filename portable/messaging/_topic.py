@@ -291,7 +291,8 @@ class Topic(MessagingClient[TopicDriver]):
                 provider=self.provider,
             )
         retry: list[int] = []
-        for i, failed in [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]:
+        # an id is a str: the type check first keeps a batch of 100,000 ids cheap to scan
+        for i, failed in [(i, r) for i, r in enumerate(results) if type(r) is not str and isinstance(r, BaseException)]:
             err = self._guard.wrap(self._what, failed)
             if not err.retryable:
                 raise err from (None if err is failed else failed)

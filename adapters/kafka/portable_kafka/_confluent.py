@@ -21,17 +21,19 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import random
 import threading
 import time
-from collections import namedtuple
+from collections import deque, namedtuple
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from portable.driver.messaging import OutgoingMessage, TopicDriver, plain_items
-from portable.errors import DeadlineExceeded, TooLarge
+from portable.errors import DeadlineExceeded, PortableError, TooLarge
 from portable.resilience import remaining
 
 from ._confluent_config import confluent_consumer_config
+from ._publish import _BATCH_BYTES_PER_RECORD
 from ._rebalance import Rebalancing
 from ._receive import _NO_ATTRIBUTES, _Delivery
 from ._records import record_id, to_headers
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["ConfluentSubscription", "ConfluentTopic"]
 
 log = logging.getLogger("portable.kafka")
+
+#: Seconds a topic's partitions (with a leader) are kept before librdkafka's metadata is asked again.
+_METADATA_FOR = 10.0
 
 #: A record with headers, in the shape :meth:`LocalLeases._delivery_with_headers` reads.
 _Record = namedtuple("_Record", "offset timestamp key value headers")
@@ -64,14 +69,26 @@ def _explain(error: Any, topic: str) -> BaseException:
     return exc
 
 
-def _produce(producer: Any, topic: str, value: bytes | None, key: bytes | None, headers: Any, on_delivery: Any) -> None:
-    """``producer.produce``, waiting (serving delivery reports) while librdkafka's queue is full."""
+def _produce(
+    producer: Any, topic: str, value: bytes | None, key: bytes | None, headers: Any, on_delivery: Any,
+    partition: int = -1,
+) -> None:
+    """``producer.produce``, waiting (serving delivery reports) while librdkafka's queue is full.
+
+    ``partition`` -1 is librdkafka's partitioner's choice.
+    """
     while True:
         try:
-            producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+            producer.produce(topic, value, key, partition=partition, headers=headers, on_delivery=on_delivery)
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def _refused(exc: BaseException, topic: str) -> BaseException:
+    """A record ``produce`` refused before sending (over message.max.bytes, ...), explained."""
+    error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
+    return _explain(error, topic) if error is not None else exc
 
 
 def _delivered(out: list[Any], i: int, prefix: str, err: Any, msg: Any) -> None:
@@ -80,6 +97,74 @@ def _delivered(out: list[Any], i: int, prefix: str, err: Any, msg: Any) -> None:
         out[i] = f"{prefix}{msg.partition()}/{msg.offset()}"
     else:
         out[i] = _explain(err, prefix[:-1])
+
+
+class _Reports:
+    """One ``publish_batch``'s results, and the delivery report callback its body-only records share.
+
+    A body-only record is produced to a partition portable chose, and its index
+    waits in that partition's queue. A report takes the first index waiting on
+    its partition whose body equals the record's value. librdkafka reports a
+    partition's records in the order they were produced (the idempotent
+    producer's ordering), so that is the first one, and the comparison is a
+    check that costs a copy of the value: if the order ever differed, the
+    search finds the record with that value. Records with equal values are
+    alike in everything (topic, partition, value, no key, no headers), so which
+    of them gets which id changes nothing.
+    """
+
+    __slots__ = ("_lock", "_waiting", "items", "out", "prefix")
+
+    #: A C-made callable per record for the other records (key or headers): no Python closure to build.
+    per_record = staticmethod(functools.partial)
+
+    def __init__(self, items: list[Any], prefix: str) -> None:
+        self.items = items
+        self.out: list[Any] = [None] * len(items)
+        self.prefix = prefix  # TOPIC/
+        self._waiting: dict[int, deque[int]] = {}
+        self._lock = threading.Lock()  # a search (never in the common case)
+
+    def waiting(self, partition: int) -> deque[int]:
+        queue = self._waiting.get(partition)
+        if queue is None:
+            queue = self._waiting[partition] = deque()
+        return queue
+
+    def delivered(self, err: Any, msg: Any) -> None:
+        """librdkafka's report of a body-only record (in whichever thread polled)."""
+        partition = msg.partition()
+        queue = self._waiting.get(partition)
+        value = msg.value() or b""
+        try:
+            i = queue.popleft() if queue is not None else -1
+        except IndexError:  # another report took the last one: search
+            i = -1
+        if i < 0 or self.items[i] != value:
+            i = self._search(value, i, queue)
+            if i < 0:
+                log.error("a delivery report of %s%s matched no record of its batch", self.prefix, partition)
+                return
+        if err is None:
+            self.out[i] = f"{self.prefix}{partition}/{msg.offset()}"
+        else:
+            self.out[i] = _explain(err, self.prefix[:-1])
+
+    def _search(self, value: bytes, taken: int, queue: deque[int] | None) -> int:
+        """The first index waiting whose body is ``value``, on the report's partition's queue first
+        (``taken``, popped from it, goes back first); -1 if none."""
+        with self._lock:
+            if taken >= 0 and queue is not None:
+                queue.appendleft(taken)
+            for waiting in ([queue] if queue is not None else []) + list(self._waiting.values()):
+                for i in list(waiting):  # a copy: the producing thread may append meanwhile
+                    if self.items[i] == value:
+                        try:
+                            waiting.remove(i)
+                        except ValueError:  # another report took it meanwhile
+                            continue
+                        return i
+            return -1
 
 
 def _wait_for(producer: Any, done: threading.Event, timeout: float | None, topic: str) -> None:
@@ -102,6 +187,9 @@ class ConfluentTopic(TopicDriver):
         self._lock = threading.Lock()
         self.producer = driver.new_producer()
         self._send_timeout = driver.settings.send_timeout
+        self._pool: list[int] = []  # the partitions with a leader, for body-only records
+        self._pool_until = 0.0
+        self._turn = random.randrange(1 << 16)  # the partition the next body-only record goes to
 
     def publish(self, message: OutgoingMessage) -> str:
         done = threading.Event()
@@ -125,41 +213,92 @@ class ConfluentTopic(TopicDriver):
     def publish_batch(self, messages: Iterable[OutgoingMessage]) -> list[str | BaseException]:
         """Produce every message, then flush; the results are ids (or errors) in order.
 
-        Keyless records go where librdkafka's sticky partitioner puts them (one
-        partition per ``linger_ms`` or so), keyed ones where murmur2 hashes them.
+        Keyed records go where murmur2 hashes their key (librdkafka's
+        partitioner). Body-only records (no key, no attributes) are spread as the
+        kafka-python engine spreads them: each partition with a leader in turn
+        gets about one ``batch_size`` of them. They are produced to that
+        partition and share one delivery report callback (:class:`_Reports`),
+        not one callable per record: a batch of 100,000 then keeps no 100,000
+        callables alive until its flush, whose garbage-collector passes cost
+        about 2 us a record. Other keyless records go where librdkafka's sticky
+        partitioner puts them.
         """
         producer = self.producer
         topic = self.topic
-        out: list[Any] = []
-        report = functools.partial  # a C-made callable per record: no Python closure to build
-        prefix = f"{topic}/"
-
+        items = plain_items(messages)
+        reports = _Reports(items, f"{topic}/")
+        out = reports.out
+        per_record = reports.per_record
+        shared = reports.delivered
+        pool = self._partitions_for_keyless()
+        batch_size = self._driver.settings.batch_size
+        turn = self._turn
+        room = batch_size
+        partition = pool[turn % len(pool)] if pool else -1
+        waiting = reports.waiting(partition) if pool else deque()
         produce = producer.produce
-        for i, message in enumerate(plain_items(messages)):
-            out.append(None)
-            if type(message) is bytes:  # a body-only message: no OutgoingMessage was made for it
+        for i, message in enumerate(items):
+            if type(message) is bytes and pool:  # a body-only message: no OutgoingMessage was made for it
+                room -= len(message) + _BATCH_BYTES_PER_RECORD
+                if room < 0:
+                    turn += 1
+                    room = batch_size - len(message) - _BATCH_BYTES_PER_RECORD
+                    partition = pool[turn % len(pool)]
+                    waiting = reports.waiting(partition)
+                waiting.append(i)  # before produce: another thread's poll may serve its report at once
+                try:
+                    produce(topic, message, partition=partition, on_delivery=shared)
+                except BufferError:
+                    _produce(producer, topic, message, None, None, shared, partition)
+                except Exception as exc:  # e.g. a record over message.max.bytes, refused before sending
+                    waiting.remove(i)
+                    out[i] = _refused(exc, topic)
+                continue
+            if type(message) is bytes:
                 body, key, headers = message, None, None
             else:
                 body, text, attributes = message.body, message.key, message.attributes
                 key = None if text is None else text.encode("utf-8")
                 headers = to_headers(attributes) if attributes else None
-            delivered = report(_delivered, out, i, prefix)
+            delivered = per_record(_delivered, out, i, reports.prefix)
             try:
                 produce(topic, body, key, headers=headers, on_delivery=delivered)
             except BufferError:
                 _produce(producer, topic, body, key, headers, delivered)
-            except Exception as exc:  # e.g. a record over message.max.bytes, refused before sending
-                error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
-                out[i] = _explain(error, topic) if error is not None else exc
+            except Exception as exc:
+                out[i] = _refused(exc, topic)
+        self._turn = turn + 1  # the next batch starts on the next partition
         left = remaining(self._send_timeout)
         pending = producer.flush(-1 if left is None else left)
-        if pending:
-            for i, item in enumerate(out):
-                if item is None:
-                    out[i] = DeadlineExceeded(
-                        f"no acknowledgement from Kafka for topic {topic!r} in time", provider="kafka"
-                    )
+        for i, item in enumerate(out):
+            if item is None:
+                out[i] = (
+                    DeadlineExceeded(f"no acknowledgement from Kafka for topic {topic!r} in time", provider="kafka")
+                    if pending
+                    else PortableError(f"Kafka reported no delivery of a record to topic {topic!r}", provider="kafka")
+                )
         return out
+
+    def _partitions_for_keyless(self) -> list[int]:
+        """The partitions with a leader (librdkafka's metadata, kept for ``_METADATA_FOR`` seconds).
+
+        Empty when the metadata cannot be had (the topic is being created, the
+        cluster is out of reach): then librdkafka's partitioner places every record.
+        """
+        now = time.monotonic()
+        if now < self._pool_until:
+            return self._pool
+        pool: list[int] = []
+        try:
+            left = remaining(self._driver.settings.connect_timeout)
+            found = self.producer.list_topics(self.topic, timeout=max(0.1, left or 0.1)).topics.get(self.topic)
+            if found is not None and found.error is None:
+                pool = sorted(p.id for p in found.partitions.values() if p.error is None and p.leader >= 0)
+        except Exception as exc:  # produce reports the same trouble, record by record
+            log.debug("no partition metadata for %s: %s", self.topic, exc)
+        self._pool = pool
+        self._pool_until = now + (_METADATA_FOR if pool else 0.0)
+        return pool
 
     def close(self) -> None:
         with self._lock:

@@ -109,6 +109,88 @@ def test_a_key_lands_on_the_same_partition_whichever_engine_published_it(
     assert len(set(placed["confluent"])) > 1
 
 
+def test_every_id_of_a_batch_names_the_record_published_at_its_place(
+    kafka_broker: EmulatorInfo, unique_name: str
+) -> None:
+    """Body-only records share one delivery report callback (matched per partition, checked
+    by value); keyed and attributed ones have their own. Each returned id, read back with
+    librdkafka's own consumer at that partition and offset, is the record given at that
+    place in the batch: value, key and headers."""
+    bodies: list[bytes | pm.OutgoingMessage] = []
+    for i in range(6000):
+        if i % 7 == 3:
+            bodies.append(pm.OutgoingMessage(f"keyed {i}".encode(), key=f"k{i % 11}"))
+        elif i % 13 == 5:
+            bodies.append(pm.OutgoingMessage(f"attributed {i}".encode(), attributes={"n": str(i)}))
+        elif i % 5 == 0:
+            bodies.append(b"the same body")  # alike records: any of them may take any of their ids
+        else:
+            bodies.append(f"body {i} ".encode() * (1 + i % 40))
+    url = group_url(kafka_broker, unique_name, 3) + "&batch_size=4096"  # many partition switches
+    with pm.open_topic(url, policy=QUICK) as topic:
+        ids = topic.publish_batch(bodies)
+    assert len(ids) == len(bodies) and len(set(ids)) == len(ids)
+    by_partition: dict[int, int] = collections.Counter(int(i.split("/")[1]) for i in ids)
+    assert len(by_partition) == 3, f"body-only records spread over every partition: {by_partition}"
+
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": kafka_broker.endpoints["bootstrap"], "group.id": unique_name + "-check",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
+    })  # fmt: skip
+    consumer.assign([confluent_kafka.TopicPartition(unique_name, p, 0) for p in range(3)])
+    seen: dict[str, confluent_kafka.Message] = {}
+    until = time.monotonic() + 60
+    while len(seen) < len(ids) and time.monotonic() < until:
+        for m in consumer.consume(1000, 1.0):
+            assert m.error() is None
+            seen[f"{m.topic()}/{m.partition()}/{m.offset()}"] = m
+    consumer.close()
+    for given, record_id in zip(bodies, ids, strict=True):
+        record = seen[record_id]
+        if isinstance(given, bytes):
+            assert (record.value(), record.key(), record.headers()) == (given, None, None), record_id
+        else:
+            assert record.value() == given.body, record_id
+            assert record.key() == (given.key.encode() if given.key else None), record_id
+            assert dict((k, v.decode()) for k, v in record.headers() or []) == dict(given.attributes), record_id
+
+
+def test_reports_out_of_order_still_find_their_record() -> None:
+    """The matching of shared delivery reports, given reports in an order librdkafka does not
+    use (a partition's records out of their produced order, a report of an error): each record
+    still gets the id of the report whose value is its own."""
+    from portable_kafka._confluent import _Reports
+
+    class Report:  # what librdkafka's delivery report Message answers
+        def __init__(self, partition: int, offset: int, value: bytes) -> None:
+            self._p, self._o, self._v = partition, offset, value
+
+        def partition(self) -> int:
+            return self._p
+
+        def offset(self) -> int:
+            return self._o
+
+        def value(self) -> bytes | None:
+            return self._v or None  # librdkafka answers None for an empty value
+
+    items = [b"a", b"b", b"", b"c", b"a"]
+    reports = _Reports(items, "t/")
+    for i in (0, 1, 2):
+        reports.waiting(0).append(i)
+    for i in (3, 4):
+        reports.waiting(1).append(i)
+    reports.delivered(None, Report(0, 11, b"b"))  # before "a", its elder on partition 0
+    reports.delivered(None, Report(1, 20, b"a"))
+    reports.delivered(None, Report(0, 10, b"a"))
+    error = confluent_kafka.KafkaError(confluent_kafka.KafkaError._MSG_TIMED_OUT)
+    reports.delivered(error, Report(1, -1, b"c"))
+    reports.delivered(None, Report(0, 12, b""))
+    assert reports.out[:3] == ["t/0/10", "t/0/11", "t/0/12"]
+    assert isinstance(reports.out[3], confluent_kafka.KafkaException) and reports.out[4] == "t/1/20"
+    assert not any(reports.waiting(p) for p in (0, 1)), "every record was matched once"
+
+
 def test_paused_partitions_resume_and_keys_stay_in_order(
     kafka_broker: EmulatorInfo, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
