@@ -22,7 +22,6 @@ context manager::
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import io
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Mapping
@@ -34,7 +33,7 @@ from ..driver.storage import ObjectInfo, StorageCapabilities, StorageDriver
 from ..driver.threads import run_blocking
 from ..errors import InvalidArgument, NotFound, PortableError
 from ..resilience import Guard
-from ..storage._checks import check_resume_request
+from ..storage._checks import check_resume_request, check_size_request
 from ..storage._requests import open_read_request, open_write_request
 from ..storage._streams import DEFAULT_PART_SIZE, READ_CHUNK, WriteLedger, resume_point
 
@@ -144,18 +143,23 @@ class AsyncBucketWriter:
         self, guard: Guard, key: str, stream: AsyncWriteStream, part_size: int,
         driver: StorageDriver, adriver: AsyncStorageDriver,
         *, resumed_from: int = 0, prefix_digest: Any = None, resumable: bool = False,
+        size: int | None = None, one_request: bool = False,
     ) -> None:
         self._guard = guard
         self._key = key
         self._stream = stream
         self._driver = driver
         self._adriver = adriver
-        self._ledger = WriteLedger(part_size, resumed_from, prefix_digest)
+        self._ledger = WriteLedger(part_size, resumed_from, prefix_digest, "md5" if one_request else "sha256")
         self._done = False
         self._resumable = resumable
         self.etag: str | None = None
         #: bytes of the object the provider held already when this writer opened (0 unless resumed)
         self.resumed_from = resumed_from
+        #: the length the caller promised (``open(..., size=)``), or None
+        self.size = size
+        #: whether the object is sent as one request of ``size`` bytes (the driver's sized write)
+        self.one_request = one_request
 
     @property
     def closed(self) -> bool:
@@ -171,10 +175,24 @@ class AsyncBucketWriter:
         """Take ``data`` (bytes-like); hand each full part to the driver. Return ``len(data)``."""
         if self._done:
             raise ValueError("write to a closed portable writer")
+        if self.size is not None and (overrun := self._ledger.overrun(self._key, self.size, data)):
+            await self._abort_after(overrun)
+            raise overrun
+        if self.one_request:
+            whole = self._ledger.take_whole(data)
+            if whole:
+                await self._call_or_abort("write", self._stream.write, whole)
+            return len(whole)
         taken, parts = self._ledger.take(data)
         for part in parts:
             await self._call_or_abort("write", self._stream.write, part)
         return taken
+
+    @property
+    def md5(self) -> bytes | None:
+        """For a write sent as one request (:attr:`one_request`): the MD5 of every byte written so far,
+        which S3 returns as the etag of such an object; else None."""
+        return self._ledger.digest() if self.one_request else None
 
     async def _call_or_abort(self, what: str, fn: Callable[..., Awaitable[R]], *args: Any) -> R:
         """Await a stream call under the write policy; any failure (a cancel too) aborts the whole write."""
@@ -188,6 +206,9 @@ class AsyncBucketWriter:
         """Commit the object (with its conditions). Idempotent."""
         if self._done:
             return
+        if self.size is not None and (short := self._ledger.short(self._key, self.size)):
+            await self._abort_after(short)
+            raise short
         last = self._ledger.rest()
         if last:
             await self._call_or_abort("write", self._stream.write, last)
@@ -221,14 +242,15 @@ class AsyncBucketWriter:
         return info if self._ledger.is_mine(info, digest) else None
 
     async def _stored_digest(self) -> bytes:
-        digest = hashlib.sha256()
+        """The hash (the ledger's algorithm) of the object stored under the key, read in parts."""
+        digest = self._ledger.new_hash()
         stream = await self._adriver.open_read(self._key)
         try:
             while chunk := await stream.read(READ_CHUNK):
                 digest.update(chunk)
         finally:
             await stream.close()
-        return digest.digest()
+        return bytes(digest.digest())
 
     async def _abort_after(self, failure: BaseException) -> None:
         """Abort, shielded, because of ``failure``; an abort that fails after a cancel lets the cancel go on.
@@ -331,6 +353,7 @@ class AsyncStreamOperations:
         content_disposition: str | None = None,
         resume: bool = False,
         source: IO[bytes] | None = None,
+        size: int | None = None,
     ) -> Opener[AsyncBucketWriter]: ...
     def open(
         self,
@@ -347,6 +370,7 @@ class AsyncStreamOperations:
         content_disposition: str | None = None,
         resume: bool = False,
         source: IO[bytes] | None = None,
+        size: int | None = None,
     ) -> Opener[AsyncBucketReader] | Opener[AsyncBucketWriter]:
         """Open a stream on the object; the arguments are :meth:`portable.storage.Bucket.open`'s.
 
@@ -360,12 +384,20 @@ class AsyncStreamOperations:
         upload an earlier process left, as on the sync face; the resumable
         stream is the sync driver's, run in the bounded pool. The writer's
         ``resumed_from`` is where to continue.
+
+        ``size=`` (``"wb"`` only) is the stream's exact length, as on the sync
+        face: a driver that can sends the object as one request of that length
+        (its sized write, the sync driver's stream run in the bounded pool; the
+        writer's ``one_request`` says so), and writing more than ``size``
+        bytes, or closing after fewer, aborts the write and raises
+        InvalidArgument.
         """
         resuming = check_resume_request(
             resume, source, if_none_match, if_match, self._caps, self.provider, self._driver.resume_limitation
         )
         if resuming and mode != "wb":
             raise InvalidArgument(f"resume=True is for mode 'wb', not {mode!r}")
+        size = check_size_request(size, mode, resuming)
         if open_read_request(
             key, mode, self._max_key, content_type, metadata, if_none_match, if_match,
             cache_control, content_encoding, content_disposition,
@@ -395,10 +427,20 @@ class AsyncStreamOperations:
             return Opener(open_resumable)
 
         async def open_write() -> AsyncBucketWriter:
+            if size is not None:
+                async def opened_sized() -> Any:
+                    return await run_blocking(self._driver.open_sized_write, key, options, size)
+
+                sized = await self._guard.acall("write", f"open {key}", opened_sized)
+                if sized is not None:
+                    return AsyncBucketWriter(
+                        self._guard, key, AsyncWriteStream(sized), part_size, self._driver, self._adriver,
+                        size=size, one_request=True,
+                    )
             stream = await self._guard.acall(
                 "write", f"open {key}", self._adriver.open_write, key, options, part_size
             )
-            return AsyncBucketWriter(self._guard, key, stream, part_size, self._driver, self._adriver)
+            return AsyncBucketWriter(self._guard, key, stream, part_size, self._driver, self._adriver, size=size)
 
         return Opener(open_write)
 

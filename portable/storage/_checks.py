@@ -160,6 +160,24 @@ def check_header_value(name: str, value: object) -> str:
 
 
 
+def check_size_request(size: object, mode: str, resuming: bool) -> int | None:
+    """Return ``open(..., size=)`` checked (both faces): None, or the stream's length in bytes.
+
+    Raises:
+        InvalidArgument: ``size`` is not an int >= 0, is given for mode ``"rb"``,
+            or comes with ``resume=True``.
+    """
+    if size is None:
+        return None
+    if mode != "wb":
+        raise InvalidArgument(f"size= is for mode 'wb', not {mode!r}")
+    if type(size) is not int or size < 0:
+        raise InvalidArgument(f"size must be an int >= 0 (the stream's length in bytes), got {size!r}")
+    if resuming:
+        raise InvalidArgument("size= cannot be combined with resume=True (a resumed upload is sent in parts)")
+    return size
+
+
 def check_resume_request(
     resume: object,
     source: object,

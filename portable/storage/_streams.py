@@ -12,7 +12,7 @@ from typing import IO, Any, Literal, TypeVar, overload
 from ..driver.storage import ObjectInfo, ResumableWriteStream, StorageDriver, WriteStream
 from ..errors import ErrorCode, InvalidArgument, NotFound, PortableError
 from ..resilience import Guard
-from ._checks import check_resume_request, checked_bytes
+from ._checks import check_resume_request, check_size_request, checked_bytes
 from ._requests import open_read_request, open_write_request
 from ._state import BucketState
 
@@ -81,6 +81,25 @@ class WriteLedger:
         if self._digest is not None:
             self._digest.update(chunk)
         return chunk
+
+    def overrun(self, key: str, size: int, data: object) -> InvalidArgument | None:
+        """The error if writing ``data`` would pass the ``size`` the stream was opened with, else None."""
+        length = len(memoryview(data)) if isinstance(data, bytes | bytearray | memoryview) else 0
+        if self.written + length <= size:
+            return None
+        return InvalidArgument(
+            f"{key!r}: the stream was opened with size={size} but {self.written + length} bytes "
+            "were written; the write was aborted (nothing stored)"
+        )
+
+    def short(self, key: str, size: int) -> InvalidArgument | None:
+        """The error if the stream ends short of the ``size`` it was opened with, else None."""
+        if self.written == size:
+            return None
+        return InvalidArgument(
+            f"{key!r}: the stream was opened with size={size} but closed after {self.written} bytes; "
+            "the write was aborted (nothing stored)"
+        )
 
     def new_hash(self) -> Any:
         """A fresh hash of :attr:`algorithm`."""
@@ -185,14 +204,9 @@ class BucketWriter(io.RawIOBase):
     def write(self, data: Any) -> int:
         if self._done:
             raise ValueError("write to a closed portable writer")
-        if self.size is not None:
-            length = len(memoryview(data)) if isinstance(data, bytes | bytearray | memoryview) else 0
-            if self._ledger.written + length > self.size:
-                self._give_up()
-                raise InvalidArgument(
-                    f"{self._key!r}: the stream was opened with size={self.size} but "
-                    f"{self._ledger.written + length} bytes were written; the write was aborted (nothing stored)"
-                )
+        if self.size is not None and (overrun := self._ledger.overrun(self._key, self.size, data)):
+            self._give_up()
+            raise overrun
         if self.one_request:
             whole = self._ledger.take_whole(data)
             if whole:
@@ -244,12 +258,9 @@ class BucketWriter(io.RawIOBase):
         """Commit the object (with its conditions). Idempotent."""
         if self._done:
             return
-        if self.size is not None and self._ledger.written != self.size:
+        if self.size is not None and (short := self._ledger.short(self._key, self.size)):
             self._give_up()
-            raise InvalidArgument(
-                f"{self._key!r}: the stream was opened with size={self.size} but closed after "
-                f"{self._ledger.written} bytes; the write was aborted (nothing stored)"
-            )
+            raise short
         last = self._ledger.rest()
         if last:
             self._call_or_abort("write", self._stream.write, last)
@@ -538,13 +549,7 @@ class StreamOperations(BucketState):
         )
         if resuming and mode != "wb":
             raise InvalidArgument(f"resume=True is for mode 'wb', not {mode!r}")
-        if size is not None:
-            if mode != "wb":
-                raise InvalidArgument(f"size= is for mode 'wb', not {mode!r}")
-            if type(size) is not int or size < 0:
-                raise InvalidArgument(f"size must be an int >= 0 (the stream's length in bytes), got {size!r}")
-            if resuming:
-                raise InvalidArgument("size= cannot be combined with resume=True (a resumed upload is sent in parts)")
+        size = check_size_request(size, mode, resuming)
         if open_read_request(
             key, mode, self._max_key, content_type, metadata, if_none_match, if_match,
             cache_control, content_encoding, content_disposition,

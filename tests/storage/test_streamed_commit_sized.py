@@ -180,3 +180,83 @@ def test_a_lost_reply_to_the_one_put_is_the_success_it_was(bucket: Bucket, monke
     # the writer read back what the store holds (its MD5 is the stream's): a success, committed once
     assert writer.etag is not None and writer.etag.strip('"') == hashlib.md5(data).hexdigest()
     assert bucket.get("lost") == data
+
+
+# ---------------------------------------------------------------- the async face: the same argument, the same rules
+def _amissing(bucket: Any, key: str) -> Any:
+    async def missing() -> bool:
+        try:
+            await bucket.head(key)
+        except NotFound:
+            return True
+        return False
+
+    return missing()
+
+
+def test_the_async_face_sends_a_sized_stream_as_one_put_and_keeps_the_length_rule(s3_template: str) -> None:
+    import asyncio
+
+    import portable.aio as aio
+
+    url = s3_template.format(prefix=uuid.uuid4().hex[:8])
+    data = body_of(7, 5 * MIB + 3)
+
+    async def main() -> None:
+        async with aio.open_bucket(url) as b:
+            async with b.open("a", "wb", size=len(data), content_type="application/x-test") as writer:
+                assert writer.one_request is True
+                for start in range(0, len(data), 2 * MIB):
+                    await writer.write(data[start:start + 2 * MIB])
+            assert writer.etag is not None
+            assert writer.etag.strip('"') == hashlib.md5(data).hexdigest() == writer.md5.hex()
+            assert await b.get("a") == data and (await b.head("a")).content_type == "application/x-test"
+
+            short = await b.open("short", "wb", size=10)
+            await short.write(b"abc")
+            with pytest.raises(InvalidArgument, match="closed after 3 bytes"):
+                await short.close()
+            with pytest.raises(InvalidArgument, match="size=3 but 4 bytes"):
+                async with b.open("long", "wb", size=3) as writer:
+                    await writer.write(b"abcd")
+
+            async def slow_writer() -> None:
+                async with b.open("cancelled", "wb", size=4 * MIB) as writer:
+                    await writer.write(data[: 3 * MIB])
+                    await asyncio.sleep(30)  # cancelled here, with most of the body sent
+                    await writer.write(data[: MIB])
+
+            task = asyncio.ensure_future(slow_writer())
+            await asyncio.sleep(1.0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for key in ("short", "long", "cancelled"):
+                assert await _amissing(b, key), f"{key}: nothing stored"
+
+    asyncio.run(main())
+
+
+def test_the_async_face_checks_size_before_any_request_and_where_no_sized_write_exists() -> None:
+    import asyncio
+
+    import portable.aio as aio
+
+    async def main() -> None:
+        async with aio.open_bucket("mem://") as b:
+            for bad in (-1, 1.5, True, "3"):
+                with pytest.raises(InvalidArgument, match="size must be an int >= 0"):
+                    b.open("k", "wb", size=bad)  # type: ignore[call-overload]
+            with pytest.raises(InvalidArgument, match="size= is for mode 'wb'"):
+                b.open("k", "rb", size=3)  # type: ignore[call-overload]
+            async with b.open("ok", "wb", size=4) as writer:
+                assert writer.one_request is False
+                await writer.write(b"abcd")
+            assert await b.get("ok") == b"abcd"
+            short = await b.open("short", "wb", size=4)
+            await short.write(b"abc")
+            with pytest.raises(InvalidArgument, match="closed after 3 bytes"):
+                await short.close()
+            assert await _amissing(b, "short")
+
+    asyncio.run(main())
