@@ -11,6 +11,8 @@ Adapter notes:
     - moto closes every connection and serves a few hundred requests a second: it
       is for correctness, not speed.
     - ``POST {endpoint_url}/moto-api/reset`` wipes all state (every service).
+    - It runs through ``tests/emulators/moto_run.py``, which fixes one race of moto's
+      (a new object's lazily computed etag read its buffer without the key's lock).
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ class MotoServer(Emulator):
                 "AWS_REGION": "us-east-1",
             },
         )
-        argv = [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)]
-        return LaunchPlan(argv=argv, info=info)
+        # moto's server with its FakeKey.etag race fixed (see moto_run.py), from the repository root
+        argv = [sys.executable, "-m", "tests.emulators.moto_run", "-H", LOOPBACK, "-p", str(port)]
+        return LaunchPlan(argv=argv, info=info, cwd=Path(__file__).resolve().parents[2])
 
     def health_check(self, info: EmulatorInfo, timeout: float) -> None:
         # An unsigned GET / is S3's ListBuckets in moto.

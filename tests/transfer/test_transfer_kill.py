@@ -15,8 +15,9 @@ the destination. At the end of each pair:
   the same bytes keeps the MD5 etag, the destination bucket is versioned and every key has exactly
   one version.
 
-One exception, checked as strictly as the rule: moto's etag race (:data:`MOTO_ETAG_RACE`), a
-rewrite whose first version holds exactly the source's bytes under an etag that is not their MD5.
+No exception is allowed: moto runs with its own etag race fixed (``tests/emulators/moto_run.py``;
+:func:`test_moto_s_etag_race_is_fixed_in_the_server_the_tests_run`), which made a first copy look
+wrong to the copier's check, so that it was copied again.
 
 The command is the only thing the test knows of the process it kills (it reads only its exit code),
 which is ``portable sync`` (:data:`SYNC_COMMAND`).
@@ -88,19 +89,6 @@ def seed(bucket: Bucket) -> dict[str, tuple[int, bytes]]:
 
 Stamp = tuple[str | None, dt.datetime | None]
 Rewrite = tuple[str, Stamp, Stamp]
-
-#: Why a copy on moto may be made twice through no fault of the copier's (see :func:`moto_etag_races`).
-MOTO_ETAG_RACE = (
-    "moto 5.2.5's FakeKey.etag (moto/s3/models.py) computes a single-PUT object's MD5 lazily, by seek(0) "
-    "and read() of the key's shared buffer WITHOUT the key's lock, and caches it: a listing (the lister "
-    "lists every 0.1 s) racing the PUT's own reply reads from a moved position, so a wrong etag is cached "
-    "(on branch large: the MD5 of b'' for a 5 MiB object), and a GET reading the buffer meanwhile (under "
-    "the lock) is moved too. portable's check sees the mismatch, deletes the copy, and a later run copies "
-    "it again: a second version; or the two racing threads cache one wrong etag after the other, so one "
-    "version is listed under two etags. Multipart objects are safe (their etag is set at completion), so 40, 16 "
-    "and 10 MiB objects sent as one PUT (open(..., size=)) meet it most"
-)
-
 
 class Lister(threading.Thread):
     """Lists the destination over and over: records listed objects whose size is not the source's, and
@@ -190,70 +178,10 @@ def s3_versions(env: dict[str, str], endpoint: str, bucket: str) -> dict[str, in
     return counts
 
 
-def moto_etag_races(env: dict[str, str], endpoint: str, bucket: str, prefix: str, want: dict[str, tuple[int, bytes]],
-                    rewrites: list[Rewrite]) -> tuple[list[str], list[Rewrite]]:
-    """Split ``rewrites`` on the versioned moto ``bucket`` into moto's etag race (:data:`MOTO_ETAG_RACE`)
-    and the rest. A race is either
-
-    * one version only, holding exactly the source's bytes (read by version id), listed under an
-      etag that is not their MD5 (the cached etag changed: nothing was written again); or
-    * a later copy after a first version (found by its listed etag) that holds exactly the source's
-      bytes under an etag that is not their MD5 (the check saw the wrong etag and copied again).
-    """
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=endpoint, region_name=env["AWS_DEFAULT_REGION"],
-                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
-
-    def right_md5(key: str, full: str, version: dict[str, Any]) -> str | None:
-        """The quoted MD5 of a version's bytes if they are the source's, else None."""
-        data = client.get_object(Bucket=bucket, Key=full, VersionId=version["VersionId"])["Body"].read()
-        return f'"{hashlib.md5(data).hexdigest()}"' if hashlib.sha256(data).digest() == want[key][1] else None
-
-    races: list[str] = []
-    other: list[Rewrite] = []
-    for key, seen, stamp in rewrites:
-        full = f"{prefix}/{key}"
-        versions = [v for v in client.list_object_versions(Bucket=bucket, Prefix=full).get("Versions", [])
-                    if v["Key"] == full]
-        race = False
-        if len(versions) == 1:
-            md5 = right_md5(key, full, versions[0])
-            race = md5 is not None and (seen[0] != md5 or stamp[0] != md5)
-        else:
-            first = [v for v in versions if v["ETag"] == seen[0]]
-            if len(first) == 1:
-                md5 = right_md5(key, full, first[0])
-                race = md5 is not None and md5 != seen[0]
-        if race:
-            races.append(key)
-        else:
-            other.append((key, seen, stamp))
-    return races, other
-
-
 def killed_pair(src_url: str, dst_url: str, env: dict[str, str], want: dict[str, tuple[int, bytes]],
-                kills: int, log: Path, rng: random.Random,
-                explain: Callable[[list[Rewrite]], tuple[list[str], list[Rewrite]]] | None = None) -> dict[str, Any]:
-    """Run one pair of the chain: ``kills`` killed runs, then one to the end; check the destination.
-
-    ``explain`` splits the rewrites seen into those the destination's emulator caused (allowed:
-    returned under "emulator races") and the rest (a failure)."""
+                kills: int, log: Path, rng: random.Random) -> dict[str, Any]:
+    """Run one pair of the chain: ``kills`` killed runs, then one to the end; check the destination."""
     dst = open_bucket(dst_url)
-    races: list[str] = []
-
-    def unexplained() -> list[Rewrite]:
-        if explain is None or not lister.rewritten:
-            return lister.rewritten
-        found, other = explain(lister.rewritten)
-        for key, _, stamp in lister.rewritten:
-            if key in found:
-                lister.first[key] = stamp  # the good copy is the one to hold from now on
-        races.extend(k for k in found if k not in races)
-        lister.rewritten[:] = other
-        return other
-
     lister = Lister(dst, want)
     lister.start()
     chaos = Chaos(src_url, dst_url, env, log)
@@ -282,7 +210,7 @@ def killed_pair(src_url: str, dst_url: str, env: dict[str, str], want: dict[str,
             codes.append(chaos.run(reached, rng.uniform(0.3, 3.0) if kill == 0 else rng.uniform(0.0, 0.5)))
             busy += time.monotonic() - started
             lister.look()  # after each run: nothing rewritten, nothing partial
-            assert lister.partial == [] and unexplained() == [], (lister.partial[:3], lister.rewritten[:3])
+            assert lister.partial == [] and lister.rewritten == [], (lister.partial[:3], lister.rewritten[:3])
         left.append(N - lister.look())
         codes.append(chaos.run(None, 0.0))
     finally:
@@ -294,11 +222,11 @@ def killed_pair(src_url: str, dst_url: str, env: dict[str, str], want: dict[str,
     assert codes[:-1].count(-signal.SIGKILL) == kills, (codes, tail)
     assert all(n > 0 for n in left[:-1]), f"a run was killed with nothing left to copy: {left}"
     assert lister.listings > kills and lister.partial == [], lister.partial[:5]
-    assert unexplained() == [], lister.rewritten[:5]
+    assert lister.rewritten == [], lister.rewritten[:5]
     assert {i.key: i.size for i in dst.list()} == {key: size for key, (size, _) in want.items()}
     again = sync(open_bucket(src_url), dst, dry_run=True)
     assert (again.copied, again.failed, again.skipped) == (0, 0, N), again.summary()
-    return {"left before each run": left, "listings": lister.listings, "emulator races": races}
+    return {"left before each run": left, "listings": lister.listings}
 
 
 def check_every_object(dst: Bucket, want: dict[str, tuple[int, bytes]]) -> None:
@@ -353,19 +281,12 @@ def test_sync_killed_20_times_along_file_s3_azure_gcs(
     for (src_url, dst_url), kills in zip([(file_url, s3_url), (s3_url, az_url), (az_url, gs_url)], KILLS,
                                          strict=True):
         pair_started = time.monotonic()
-        explain = None
-        if dst_url == s3_url:
-            def explain(rewrites: list[Rewrite]) -> tuple[list[str], list[Rewrite]]:
-                return moto_etag_races(env, moto_server.endpoints["endpoint_url"], s3_bucket, run, want, rewrites)
-        seen.append(killed_pair(src_url, dst_url, env, want, kills, tmp_path / "sync.log", rng, explain))
+        seen.append(killed_pair(src_url, dst_url, env, want, kills, tmp_path / "sync.log", rng))
         seen[-1]["seconds"] = round(time.monotonic() - pair_started)
         if dst_url == s3_url:  # a rewrite of the same bytes keeps S3's etag: its versions tell
             versions = s3_versions(env, moto_server.endpoints["endpoint_url"], s3_bucket)
-            # a race copied again: a first copy, a delete marker, a good copy (per race)
-            raced = {f"{run}/{k}" for k in seen[-1]["emulator races"]}
-            assert len(versions) == N and all(
-                c == 1 or (k in raced and c >= 3 and c % 2 == 1) for k, c in versions.items()), (
-                [(k, c) for k, c in versions.items() if c != 1][:5], raced)
+            assert len(versions) == N and all(c == 1 for c in versions.values()), (
+                [(k, c) for k, c in versions.items() if c != 1][:5])
     # each pair copied what its source held, so the last destination holding the first source's bytes
     # and metadata shows that every pair kept them (an object changed on the way would be changed here)
     check_every_object(open_bucket(gs_url), want)
@@ -384,22 +305,30 @@ def test_the_lister_would_see_a_partial_object_and_a_rewrite(tmp_path: Path) -> 
     assert [key for key, _, _ in lister.rewritten] == ["k/0000"]
 
 
-def test_the_moto_etag_race_the_kill_test_allows_is_moto_s() -> None:
-    """:data:`MOTO_ETAG_RACE` is moto's own: two threads asking one stored key for its etag at once
-    (a PUT's reply and a listing) get a wrong MD5, and the key caches it. Shown on moto's model class
-    itself, no portable code involved; if a moto release fixes it, this fails: drop the exception."""
+def test_moto_s_etag_race_is_fixed_in_the_server_the_tests_run() -> None:
+    """moto's ``FakeKey.etag`` races: two threads asking one new key for its etag at once (a PUT's
+    reply and a listing) can get a wrong MD5, and the key caches it. Shown on moto's model class
+    itself, no portable code involved; and not with the fix the tests' moto server runs
+    (``tests/emulators/moto_run.py``). If a moto release fixes it, the first half fails: drop the fix."""
     from moto.s3.models import FakeKey
+
+    from tests.emulators.moto_run import _etag
 
     data = body(217, 40 * MiB)
     want = f'"{hashlib.md5(data).hexdigest()}"'
-    wrong = 0
-    for _ in range(10):
-        key = FakeKey("k", data, account_id="123456789012", region_name="us-east-1")
-        got: list[str] = []
-        threads = [threading.Thread(target=lambda k=key, g=got: g.append(k.etag)) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wrong += any(etag != want for etag in got)
-    assert wrong > 0, "moto computed every etag right under concurrent asks: its race may be fixed"
+
+    def wrong_etags(etag_of: Callable[[Any], str]) -> int:
+        wrong = 0
+        for _ in range(10):
+            key = FakeKey("k", data, account_id="123456789012", region_name="us-east-1")
+            got: list[str] = []
+            threads = [threading.Thread(target=lambda k=key, g=got: g.append(etag_of(k))) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wrong += any(etag != want for etag in got) or etag_of(key) != want
+        return wrong
+
+    assert wrong_etags(lambda k: k.etag) > 0, "moto computed every etag right under concurrent asks: its race may be fixed"
+    assert wrong_etags(_etag) == 0, "with the key's lock, every etag is the MD5"
