@@ -41,6 +41,7 @@ import decimal
 import enum
 import hashlib
 import json
+import os
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -99,6 +100,7 @@ __all__ = [
     "lost_error",
     "new_record",
     "new_token",
+    "new_tokens",
     "next_counts",
     "read_record",
     "released_record",
@@ -267,6 +269,12 @@ class TransactionalHandler:
 def new_token() -> str:
     """A fresh claim token: 32 hex digits, unique to one claim."""
     return uuid.uuid4().hex
+
+
+def new_tokens(n: int) -> list[str]:
+    """``n`` fresh claim tokens (as :func:`new_token`'s, from one read of the OS's random source)."""
+    digits = os.urandom(16 * n).hex()
+    return [digits[i : i + 32] for i in range(0, 32 * n, 32)]
 
 
 def fingerprint(payload: bytes | bytearray | memoryview | str | Mapping[str, Any], *, fields: tuple[str, ...] | None = None) -> str:

@@ -32,6 +32,7 @@ from ..driver.idempotency import (
     extended_record,
     forgotten_record,
     new_token,
+    new_tokens,
     released_record,
     unclaimed_record,
 )
@@ -101,8 +102,7 @@ class MemoryStore:
         with self._lock:
             now = self._clock()
             records = self._records
-            for key, fp in pairs:
-                token = new_token()
+            for (key, fp), token in zip(pairs, new_tokens(len(pairs)), strict=True):
                 previous = records.get(key)
                 try:
                     outcome = claim_outcome(previous, key, fp, token, now)

@@ -48,6 +48,7 @@ from ..driver.idempotency import (
     claim_outcome,
     lost_error,
     new_token,
+    new_tokens,
     next_counts,
 )
 from ..errors import IdempotencyConflict, Internal, InvalidURL
@@ -251,15 +252,33 @@ class SqliteStore:
         out: list[Claim | IdempotencyConflict] = []
         with self._immediate() as conn:
             now = self._clock()
-            for key, fp in pairs:
-                token = new_token()
-                if conn.execute(
-                    "INSERT OR IGNORE " + _INSERT, (key, fp, token, now + lease, now + ttl, ttl, 1, 0)
-                ).rowcount == 1:
-                    out.append(Claim("acquired", token, None, lease, 1, 0))
+            tokens = new_tokens(len(pairs))
+            first: dict[str, int] = {}  # each key's first pair in the batch
+            for i, (key, _) in enumerate(pairs):
+                first.setdefault(key, i)
+            # the common case, all keys new: one statement; the rowcount says whether it was so
+            inserted = conn.executemany(
+                "INSERT OR IGNORE " + _INSERT,
+                [(key, pairs[i][1], tokens[i], now + lease, now + ttl, ttl, 1, 0) for key, i in first.items()],
+            ).rowcount
+            mine: set[int] = set(first.values())
+            if inserted != len(first):  # some keys had records: which rows hold this batch's tokens?
+                mine = set()
+                keys = list(first)
+                for start in range(0, len(keys), 500):
+                    chunk = keys[start : start + 500]
+                    marks = ",".join("?" * len(chunk))
+                    for key, token in conn.execute(
+                        f"SELECT key, token FROM portable_idempotency WHERE key IN ({marks})", chunk
+                    ):
+                        if token == tokens[first[key]]:
+                            mine.add(first[key])
+            for i, (key, fp) in enumerate(pairs):
+                if i in mine:
+                    out.append(Claim("acquired", tokens[i], None, lease, 1, 0))
                     continue
                 try:
-                    out.append(self._claim_locked(conn, key, fp, token, lease, ttl))
+                    out.append(self._claim_locked(conn, key, fp, tokens[i], lease, ttl))
                 except IdempotencyConflict as exc:
                     out.append(exc)
         return out
