@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import logging
 import signal
 import threading
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from ._topic import Topic
 
 _sha256 = hashlib.sha256  # fingerprint() of a bytes body, without the call (the same digest)
+
+#: messages whose keys the batched loop claims at once, then completes and acks at once
+CLAIM_WINDOW = int(__import__("os").environ.get("PORTABLE_CLAIM_WINDOW", "256"))
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
@@ -408,13 +412,17 @@ class ConsumerLoop:
             self._release(message)
 
     def _batch_worker(self) -> None:
-        """Receive a batch; claim its keys at once; run the handler on each message in turn, on
-        this thread; then write the batch's completions at once and ack it at once.
+        """Receive a batch and run the handler on each message in turn, on this thread, claiming
+        the keys of each window of :data:`CLAIM_WINDOW` messages at once before the window runs
+        and writing its completions at once, then its acks at once, after it.
 
         A message is acked only after its completion is written (a crash in between
-        leaves a completed key: the redelivery is skipped). The batch grows from 64 up to
-        1,000 messages (4x a batch) while it is handled within a quarter of the lease (of the message
-        and of the claim), so a provider that cannot extend leases keeps them.
+        leaves a completed key: the redelivery is skipped). A crash mid-window leaves the
+        window's claims in progress: their messages come back and are deferred until the
+        claims' lease ends, then run again, each claim counted as a start (so a crash costs
+        at most a window's worth of starts, not a batch's). The batch grows from 64 up to
+        1,000 messages (4x a batch) while it is handled within a quarter of the lease (of
+        the message and of the claim), so a provider that cannot extend leases keeps them.
         """
         size = 64
         try:
@@ -428,52 +436,70 @@ class ConsumerLoop:
                 if not messages:
                     continue
                 began = time.monotonic()
-                ahead = {} if self.claims is None else self.claims.claim_ahead(messages)
                 with self.cond:
                     self.stats.received += len(messages)
                     if not self.stop.is_set():
                         for message in messages:
                             self.holding.held[id(message)] = message
                         self.queue.extend(messages)
-                        self.ahead = ahead
                         messages = []
                 if messages:  # stopped meanwhile: give them back
                     for message in messages:
-                        if self.claims is not None:
-                            self.claims.unclaim(message)
                         self._release(message)
                     return
-                done = self._handle_queue()
-                self._flush(done)
-                size = self._next_size(size, len(done), time.monotonic() - began)
+                handled = self._handle_queue()
+                size = self._next_size(size, handled, time.monotonic() - began)
         except BaseException as exc:  # the run ends; run() raises it after the drain
             self.worker_error = exc
             self.stop.set()
         finally:
             self._flush([])
 
-    def _handle_queue(self) -> list[Message]:
-        """Handle the queued messages one by one until the queue is empty or the loop stops."""
-        done: list[Message] = []
+    def _handle_queue(self) -> int:
+        """Handle the queued messages one by one, window by window, until the queue is empty or
+        the loop stops; settle each window after it. How many were handled."""
         queue, stopped = self.queue, self.stop.is_set
         fast = self.telemetry is None and self.options.transactional is None
-        while True:
-            # no lock: the caller takes what is left at stop with queue.pop(), and a deque's
-            # pops are atomic, so each message is started here or given back there, never both
-            if stopped():
-                return done
-            try:
-                message = queue.popleft()
-            except IndexError:
-                return done
-            done.append(message)
-            try:
-                if fast:
-                    self._process_fast(message)
-                else:
-                    self._process(message)
-            except Exception:  # the loop must survive anything; the message's lease will expire
-                log.exception("the consumer loop failed on message %s", message.id)
+        claims = self.claims if fast else None  # a transactional handler claims each key just before it runs
+        window: list[Message] = []
+        left = 0 if claims is not None else -1  # messages still to run of the window claimed ahead
+        handled = 0
+        try:
+            while True:
+                # no lock: the caller takes what is left at stop with queue.pop(), and a deque's
+                # pops are atomic, so each message is started here or given back there, never both
+                if stopped():
+                    return handled
+                try:
+                    message = queue.popleft()
+                except IndexError:
+                    return handled
+                if left == 0:
+                    assert claims is not None
+                    self._flush(window)
+                    window = []
+                    try:
+                        upcoming = [message, *itertools.islice(queue, CLAIM_WINDOW - 1)]
+                    except RuntimeError:  # the caller is taking the queue back (stopping)
+                        upcoming = [message]
+                    self.ahead = claims.claim_ahead(upcoming)
+                    left = len(upcoming)
+                    if stopped():  # what the caller took back meanwhile gives its claims back too
+                        for m in upcoming[1:]:
+                            if id(m) not in self.holding.held:
+                                claims.unclaim(m)
+                left -= 1
+                window.append(message)
+                handled += 1
+                try:
+                    if fast:
+                        self._process_fast(message)
+                    else:
+                        self._process(message)
+                except Exception:  # the loop must survive anything; the message's lease will expire
+                    log.exception("the consumer loop failed on message %s", message.id)
+        finally:
+            self._flush(window)
 
     def _flush(self, done: list[Message]) -> None:
         """Write the completions held back, then ack the messages held back; stop holding ``done``."""
