@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 _sha256 = hashlib.sha256  # fingerprint() of a bytes body, without the call (the same digest)
 
 #: messages whose keys the batched loop claims at once, then completes and acks at once
-CLAIM_WINDOW = int(__import__("os").environ.get("PORTABLE_CLAIM_WINDOW", "256"))
+CLAIM_WINDOW = 256
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
