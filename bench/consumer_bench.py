@@ -10,7 +10,8 @@ and the loop's memory with 10,000 messages in flight.
 Two queues, each with two contestants, run round-robin in one process (portable, raw,
 portable, raw, ...) on the same messages (N of 200 B, each with its own idempotency key):
 
-* ``sqlite://`` (the embedded queue). portable: ``sub.run(handler, idempotency=SqliteStore)``.
+* ``sqlite://`` (the embedded queue). portable: ``sub.run(handler, idempotency=SqliteStore)``,
+  and the async face's ``AsyncSubscription.run`` (an ``async def`` handler) likewise.
   raw: the same queue file read through portable's *driver* (``SqliteQueueDriver``'s
   subscription side: ``receive(1000)`` and ``ack_many``) with no loop, no script, no
   guard. That is the fairest peer: a hand-written sqlite queue would measure a different
@@ -67,6 +68,11 @@ from portable.idempotency import SqliteStore  # noqa: E402
 
 BODY = os.urandom(200)
 LEASE = 30.0
+
+
+def handler(message: object) -> int:
+    """The raw loops' handler: it counts, as portable's does."""
+    return 1
 
 
 # ---------------------------------------------------------------- the raw dedup table
@@ -140,6 +146,33 @@ class SqliteQueueBench:
         sub.close()
         return n / spent
 
+    def portable_async(self) -> float:
+        import asyncio
+
+        import portable.aio as aio
+
+        url = self.fill()
+        store = SqliteStore(f"{self.dir}/idem-a{self.round}.db")
+        n = self.n
+
+        async def main() -> float:
+            async with aio.open_subscription(url) as sub:
+                got = [0]
+                stop = asyncio.Event()
+
+                async def handler(message: aio.AsyncMessage) -> None:
+                    got[0] += 1
+                    if got[0] >= n:
+                        stop.set()
+
+                t0 = time.perf_counter()
+                stats = await sub.run(handler, idempotency=store, stop_event=stop, handle_signals=False, poll=0.05)
+                spent = time.perf_counter() - t0
+                assert stats.acked == n, stats
+                return n / spent
+
+        return asyncio.run(main())
+
     def raw(self) -> float:
         url = self.fill()
         sub = pm.open_subscription(url)
@@ -155,7 +188,7 @@ class SqliteQueueBench:
             take = dedup.claim(keys)
             for message, mine in zip(batch, take, strict=True):
                 if mine:
-                    got += 1  # the handler
+                    got += handler(message)
             dedup.done([k for k, t in zip(keys, take, strict=True) if t])
             side.ack_many([m.handle for m in batch])
         spent = time.perf_counter() - t0
@@ -225,7 +258,7 @@ class KafkaBench:
             last: dict[int, int] = {}
             for message, mine in zip(batch, take, strict=True):
                 if mine:
-                    got += 1  # the handler
+                    got += handler(message)
                 last[message.partition()] = message.offset()
             dedup.done([k for k, t in zip(keys, take, strict=True) if t])
             consumer.commit(offsets=[TopicPartition(self.topic, p, o + 1) for p, o in last.items()], asynchronous=True)
@@ -235,12 +268,14 @@ class KafkaBench:
 
 
 # ---------------------------------------------------------------- memory (child processes)
-def memory_child(which: str, n: int) -> dict[str, Any]:
+def memory_child(which: str, url: str, n: int) -> dict[str, Any]:
+    """Consume the ``n`` messages the parent published at ``url``; peak RSS over this process's
+    own start (imports and the opened subscription), tracemalloc's peak, the most messages held."""
     import gc
     import tracemalloc
 
     bench = SqliteQueueBench(n)
-    url = bench.fill()
+    bench.fill = lambda: url  # type: ignore[method-assign]  # the parent filled it
     gc.collect()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
@@ -258,11 +293,11 @@ def memory_child(which: str, n: int) -> dict[str, Any]:
         rate = bench.portable()
     else:
         rate = bench.raw()
-        held_max[0] = 1000
+        held_max[0] = 1000  # its receive(1000)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"contestant": which, "messages_in_flight": n, "msg_per_s": round(rate, 1),
+    return {"contestant": which, "messages_in_flight": n, "msg_per_s (under tracemalloc)": round(rate, 1),
             "peak_rss_growth_mib": round((rss1 - rss0) / 1024, 1), "tracemalloc_peak_mib": round(peak / 2**20, 1),
             "most_messages_held": held_max[0]}  # fmt: skip
 
@@ -270,8 +305,9 @@ def memory_child(which: str, n: int) -> dict[str, Any]:
 def memory(n: int) -> list[dict[str, Any]]:
     rows = []
     for which in ("portable", "raw"):
+        url = SqliteQueueBench(n).fill()
         out = subprocess.run(
-            [sys.executable, __file__, "--memory-child", which, "--messages", str(n)],
+            [sys.executable, __file__, "--memory-child", which, "--url", url, "--messages", str(n)],
             capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
         )  # fmt: skip
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -305,16 +341,20 @@ def main() -> None:
     parser.add_argument("--no-kafka", action="store_true")
     parser.add_argument("--bootstrap")
     parser.add_argument("--memory-child", choices=("portable", "raw"), help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
-        print(json.dumps(memory_child(args.memory_child, args.messages)))
+        print(json.dumps(memory_child(args.memory_child, args.url, args.messages)))
         return
     n, rounds = (5000, 2) if args.quick else (args.messages, args.rounds)
     load_before = os.getloadavg()
     sections: dict[str, list[dict[str, Any]]] = {}
     print(f"sqlite:// queue, {n} messages x {rounds} rounds")
     sq = SqliteQueueBench(n)
-    rates = interleaved({"raw driver loop + dedup table": sq.raw, "portable Subscription.run + SqliteStore": sq.portable}, rounds)
+    rates = interleaved({
+        "raw driver loop + dedup table": sq.raw, "portable Subscription.run + SqliteStore": sq.portable,
+        "portable AsyncSubscription.run + SqliteStore": sq.portable_async,
+    }, rounds)  # fmt: skip
     sections[f"sqlite:// queue, {n} messages, messages per second"] = summarise(rates, "raw driver loop + dedup table")
     broker = None
     if not args.no_kafka:

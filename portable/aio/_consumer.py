@@ -92,6 +92,11 @@ def _settling(effect: Effect) -> bool:
     return effect[0] not in (HANDLE, CLAIM)
 
 
+def _always(effect: Effect) -> bool:
+    """After a cancel every effect is settled."""
+    return True
+
+
 def _settling_batched(effect: Effect) -> bool:
     """In a batched run a completion and an ack are only noted (the window's flush, itself
     settled, makes them), so they need no shield either."""
@@ -269,6 +274,7 @@ class AsyncConsumerLoop:
         """Run ``messages`` in turn, claiming each window's keys at once and settling it after;
         stops starting messages when the loop stops (the drain gives the rest back)."""
         claims = self.claims if self.options.transactional is None else None
+        fast = self.telemetry is None and self.options.transactional is None
         window: list[Delivery] = []
         left = 0 if claims is not None else -1
         try:
@@ -284,11 +290,70 @@ class AsyncConsumerLoop:
                     left = len(upcoming)
                 left -= 1
                 window.append(message)
-                await self._work(message)
+                if fast and self._may_run_fast(message):
+                    await self._work_fast(message)
+                else:
+                    await self._work(message)
         finally:
             _, interrupted = await settle(self._flush(window))
             if interrupted:
                 raise asyncio.CancelledError
+
+    def _may_run_fast(self, message: Delivery) -> bool:
+        """Whether ``message`` may skip the script: no store and within ``max_deliveries``, or its
+        claim taken ahead acquired, counted and within the limit (else the script decides)."""
+        limit = self.options.max_deliveries
+        if self.claims is None:
+            return limit is None or message.delivery_attempt <= limit
+        ahead = self.ahead.get(id(message))
+        claim = None if ahead is None else ahead[1]
+        return (
+            type(claim) is Claim and claim.status == "acquired" and claim.starts is not None
+            and (limit is None or claim.starts <= limit)
+        )  # fmt: skip
+
+    async def _work_fast(self, message: Delivery) -> None:
+        """:meth:`_work` without the script for a message :meth:`_may_run_fast` let through; a
+        failure or a cancel goes through the script's rules (``handler_failed``, ``handler_interrupted``)."""
+        claims = self.claims
+        if claims is None:
+            attempt, failures, claimed = message.delivery_attempt, None, False
+        else:
+            claim = self.ahead.pop(id(message))[1]
+            assert isinstance(claim, Claim) and claim.starts is not None
+            attempt, failures, claimed = claim.starts, claim.failures or 0, True
+        try:
+            if self.stop.is_set() and self.abandon.is_set():
+                await self._release(message)
+                return
+            try:
+                result = await self.options.handler(AsyncMessage(message, self.settler))
+            except Exception as exc:
+                await adrive(self.script.handler_failed(message, attempt, failures, claimed, exc), self._effect,
+                             shield=self.shield)  # fmt: skip
+                return
+            except BaseException:
+                await adrive(self.script.handler_interrupted(message, claimed), self._effect, shield=_always)
+                raise
+            if claimed:
+                assert claims is not None
+                held = claims.forget_held(message)
+                if held is not None:
+                    self.completes.append((message, held, result if type(result) is bytes else None))
+            if message._state is LEASED:
+                self.acks.append(message)
+                self.stats.acked += 1
+            elif message._state is ACKED:
+                self.stats.acked += 1
+        except asyncio.CancelledError:
+            pass  # given back (handler_interrupted); the drain counts it unfinished
+        except Exception:  # the loop must survive anything; the message's lease will expire
+            log.exception("the consumer loop failed on message %s", message.id)
+        finally:
+            if claims is not None:
+                claims.forget_held(message)
+            self.holding.held.pop(id(message), None)
+            self.changed.set()
 
     async def _flush(self, window: list[Delivery]) -> None:
         """Write the window's completions at once, then ack its messages at once."""

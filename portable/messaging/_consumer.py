@@ -460,7 +460,8 @@ class ConsumerLoop:
         the loop stops; settle each window after it. How many were handled."""
         queue, stopped = self.queue, self.stop.is_set
         fast = self.telemetry is None and self.options.transactional is None
-        claims = self.claims if fast else None  # a transactional handler claims each key just before it runs
+        # a transactional handler claims each key just before it runs (its commit completes it)
+        claims = self.claims if self.options.transactional is None else None
         window: list[Message] = []
         left = 0 if claims is not None else -1  # messages still to run of the window claimed ahead
         handled = 0
