@@ -233,7 +233,7 @@ class AsyncConsumerLoop:
     async def _receive_batches(self) -> None:
         """The receive loop of a batched run: receive, run the batch in one task, wait for it, again."""
         sub, stop = self.sub, self.stop
-        size = 64
+        size = 8  # and 4x a batch: a slow handler with a short lease keeps small batches from the start
         while not stop.is_set():
             receiving = asyncio.ensure_future(sub.receive(size, self.options.poll, lease=self.lease))
             await _first(asyncio.shield(receiving), stop.wait())

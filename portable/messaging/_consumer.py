@@ -420,11 +420,11 @@ class ConsumerLoop:
         leaves a completed key: the redelivery is skipped). A crash mid-window leaves the
         window's claims in progress: their messages come back and are deferred until the
         claims' lease ends, then run again, each claim counted as a start (so a crash costs
-        at most a window's worth of starts, not a batch's). The batch grows from 64 up to
+        at most a window's worth of starts, not a batch's). The batch grows from 8 up to
         1,000 messages (4x a batch) while it is handled within a quarter of the lease (of
         the message and of the claim), so a provider that cannot extend leases keeps them.
         """
-        size = 64
+        size = 8  # and 4x a batch: a slow handler with a short lease keeps small batches from the start
         try:
             while not self.stop.is_set():
                 try:
