@@ -28,7 +28,7 @@ from ..cloudevents import dedup_key_of
 from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
 from ..driver.messaging import ACKED, LEASED, MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
-from ..errors import IdempotencyConflict, InvalidArgument, PortableError, PreconditionFailed
+from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
 from ..idempotency._batch import claim_many, complete_many, unclaim
 from ..idempotency._run_once import observed_claim
 from ..telemetry._propagation import ConsumerTelemetry
@@ -251,15 +251,15 @@ class RunClaims:
         seen: set[str] = set()
         key_of, add = self.key, seen.add
         for message in messages:
-            key = key_of(message)
-            if key is None or key in seen:
+            try:
+                key = key_of(message)
+                if key is None or key in seen:
+                    continue
+                body = message.body
+                items.append((key, _sha256(body).hexdigest()[:32] if type(body) is bytes else fingerprint(body)))
+            except Exception:  # the caller's key function failed: the message meets it again on its own
                 continue
             add(key)
-            body = message.body
-            try:
-                items.append((key, _sha256(body).hexdigest()[:32] if type(body) is bytes else fingerprint(body)))
-            except InvalidArgument:
-                continue
             owners.append(message)
         if not items:
             return {}
