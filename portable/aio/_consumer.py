@@ -23,13 +23,23 @@ from typing import TYPE_CHECKING, Any
 
 from ..driver.aio_idempotency import settle
 from ..driver.idempotency import Claim
-from ..driver.messaging import MAX_RECEIVE, Delivery
+from ..driver.messaging import ACKED, LEASED, MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..driver.threads import run_blocking
-from ..errors import InvalidArgument, PortableError
+from ..errors import IdempotencyConflict, InvalidArgument, PortableError, PreconditionFailed
 from ..messaging import RunStats
-from ..messaging._consumer import RunClaims, keeper_interval, lease_not_kept
-from ..messaging._handling import CLAIM, HANDLE, Effect, Holding, MessageScript, RunOptions, Script
+from ..messaging._consumer import CLAIM_WINDOW, RunClaims, keeper_interval, lease_not_kept
+from ..messaging._handling import (
+    ACK,
+    CLAIM,
+    COMPLETE,
+    HANDLE,
+    Effect,
+    Holding,
+    MessageScript,
+    RunOptions,
+    Script,
+)
 from ..messaging._validation import check_lease, check_seconds
 from ..telemetry._propagation import ConsumerTelemetry
 from ._msg_message import AsyncMessage
@@ -82,6 +92,17 @@ def _settling(effect: Effect) -> bool:
     return effect[0] not in (HANDLE, CLAIM)
 
 
+def _always(effect: Effect) -> bool:
+    """After a cancel every effect is settled."""
+    return True
+
+
+def _settling_batched(effect: Effect) -> bool:
+    """In a batched run a completion and an ack are only noted (the window's flush, itself
+    settled, makes them), so they need no shield either."""
+    return effect[0] not in (HANDLE, CLAIM, COMPLETE, ACK)
+
+
 async def _first(*aws: Awaitable[Any], timeout: float | None = None) -> None:
     """Wait until the first of ``aws`` is done (or ``timeout``); cancel the rest."""
     tasks = [asyncio.ensure_future(aw) for aw in aws]
@@ -119,6 +140,15 @@ class AsyncConsumerLoop:
         self.pending: set[asyncio.Future[Any]] = set()  # late releases, awaited before run() returns
         # None unless tracing or metrics are on; the lag gauge reads the sync twin's stats()
         self.telemetry = ConsumerTelemetry.of(sub.provider, sub._guard.target, redact(sub.url), sub.sync.stats)
+        # concurrency 1: one task runs each received batch in turn, claiming each window of keys
+        # in one store call and settling the window in one (the sync loop's batch worker, on a task)
+        self.batched = options.concurrency == 1
+        self.shield = _settling_batched if self.batched else _settling
+        self.ahead: dict[int, tuple[str, Claim | IdempotencyConflict]] = {}
+        self.completes: list[tuple[Delivery, list[Any], bytes | None]] = []
+        self.acks: list[Delivery] = []
+        store = options.idempotency
+        self.store_inline = store is not None and getattr(store, "never_blocks", False) is True
 
     def _count(self, field_name: str) -> None:
         setattr(self.stats, field_name, getattr(self.stats, field_name) + 1)
@@ -196,7 +226,185 @@ class AsyncConsumerLoop:
         if isinstance(stop_event, asyncio.Event):
             waiting.cancel()
 
+    async def _store(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call the store (through RunClaims): inline for a store that never blocks, else in the pool."""
+        return fn(*args) if self.store_inline else await run_blocking(fn, *args)
+
+    async def _receive_batches(self) -> None:
+        """The receive loop of a batched run: receive, run the batch in one task, wait for it, again."""
+        sub, stop = self.sub, self.stop
+        size = 8  # and 4x a batch: a slow handler with a short lease keeps small batches from the start
+        while not stop.is_set():
+            receiving = asyncio.ensure_future(sub.receive(size, self.options.poll, lease=self.lease))
+            await _first(asyncio.shield(receiving), stop.wait())
+            if not receiving.done():  # stopped meanwhile: what it gets is given back
+                receiving.cancel()
+                return
+            try:
+                messages = [m.message for m in receiving.result()]
+            except PortableError as exc:
+                log.warning("receive from %s failed: %s", redact(sub.url), exc)
+                await _first(stop.wait(), timeout=min(max(self.options.poll, 0.5), 5.0))
+                continue
+            if not messages:
+                continue
+            self.stats.received += len(messages)
+            if stop.is_set():
+                for message in messages:
+                    await self._release(message)
+                return
+            for message in messages:
+                self.holding.held[id(message)] = message
+            began = time.monotonic()
+            task = asyncio.ensure_future(self._batch(messages))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            await _first(asyncio.wait((task,)), stop.wait())
+            if not task.done():
+                return  # stopping: the drain lets it finish (or cancels it)
+            size = self._next_size(size, len(messages), time.monotonic() - began)
+
+    def _next_size(self, size: int, handled: int, spent: float) -> int:
+        lease = self.lease if self.claims is None else min(self.lease, self.claims.lease)
+        per_message = spent / handled
+        fits = MAX_RECEIVE if per_message <= 0 else int(lease / 4 / per_message)
+        return max(1, min(MAX_RECEIVE, size * 4, fits))
+
+    async def _batch(self, messages: list[Delivery]) -> None:
+        """Run ``messages`` in turn, claiming each window's keys at once and settling it after;
+        stops starting messages when the loop stops (the drain gives the rest back)."""
+        claims = self.claims if self.options.transactional is None else None
+        fast = self.telemetry is None and self.options.transactional is None
+        window: list[Delivery] = []
+        left = 0 if claims is not None else -1
+        try:
+            for i, message in enumerate(messages):
+                if self.stop.is_set():
+                    return
+                if left == 0:
+                    assert claims is not None
+                    await self._flush(window)
+                    window = []
+                    upcoming = messages[i : i + CLAIM_WINDOW]
+                    self.ahead = await self._store(claims.claim_ahead, upcoming)
+                    left = len(upcoming)
+                left -= 1
+                window.append(message)
+                if fast and self._may_run_fast(message):
+                    await self._work_fast(message)
+                else:
+                    await self._work(message)
+        finally:
+            _, interrupted = await settle(self._flush(window))
+            if interrupted:
+                raise asyncio.CancelledError
+
+    def _may_run_fast(self, message: Delivery) -> bool:
+        """Whether ``message`` may skip the script: no store and within ``max_deliveries``, or its
+        claim taken ahead acquired, counted and within the limit (else the script decides)."""
+        limit = self.options.max_deliveries
+        if self.claims is None:
+            return limit is None or message.delivery_attempt <= limit
+        ahead = self.ahead.get(id(message))
+        claim = None if ahead is None else ahead[1]
+        return (
+            type(claim) is Claim and claim.status == "acquired" and claim.starts is not None
+            and (limit is None or claim.starts <= limit)
+        )  # fmt: skip
+
+    async def _work_fast(self, message: Delivery) -> None:
+        """:meth:`_work` without the script for a message :meth:`_may_run_fast` let through; a
+        failure or a cancel goes through the script's rules (``handler_failed``, ``handler_interrupted``)."""
+        claims = self.claims
+        if claims is None:
+            attempt, failures, claimed = message.delivery_attempt, None, False
+        else:
+            claim = self.ahead.pop(id(message))[1]
+            assert isinstance(claim, Claim) and claim.starts is not None
+            attempt, failures, claimed = claim.starts, claim.failures or 0, True
+        try:
+            if self.stop.is_set() and self.abandon.is_set():
+                await self._release(message)
+                return
+            try:
+                result = await self.options.handler(AsyncMessage(message, self.settler))
+            except Exception as exc:
+                await adrive(self.script.handler_failed(message, attempt, failures, claimed, exc), self._effect,
+                             shield=self.shield)  # fmt: skip
+                return
+            except BaseException:
+                await adrive(self.script.handler_interrupted(message, claimed), self._effect, shield=_always)
+                raise
+            if claimed:
+                assert claims is not None
+                held = claims.forget_held(message)
+                if held is not None:
+                    self.completes.append((message, held, result if type(result) is bytes else None))
+            if message._state is LEASED:
+                self.acks.append(message)
+                self.stats.acked += 1
+            elif message._state is ACKED:
+                self.stats.acked += 1
+        except asyncio.CancelledError:
+            pass  # given back (handler_interrupted); the drain counts it unfinished
+        except Exception:  # the loop must survive anything; the message's lease will expire
+            log.exception("the consumer loop failed on message %s", message.id)
+        finally:
+            if claims is not None:
+                claims.forget_held(message)
+            self.holding.held.pop(id(message), None)
+            self.changed.set()
+
+    async def _flush(self, window: list[Delivery]) -> None:
+        """Write the window's completions at once, then ack its messages at once."""
+        completes, self.completes = self.completes, []
+        if completes and self.claims is not None:
+            await self._store(self.claims.complete_batch, completes)
+        acks, self.acks = self.acks, []
+        if acks:
+            for message, error in zip(acks, await self._ack_each(acks), strict=True):
+                if error is None:
+                    continue
+                self.stats.acked -= 1
+                if isinstance(error, PreconditionFailed):
+                    self._count("lost")
+                    log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
+                else:
+                    log.warning("ack of message %s failed: %s; it will be delivered again", message.id, error)
+        self.ahead = {}
+
+    async def _ack_each(self, messages: list[Delivery]) -> list[PortableError | None]:
+        """Ack ``messages`` in native batches; each one's error (or None); never raises."""
+        sub = self.sub
+        out: list[PortableError | None] = [None] * len(messages)
+        pending = [(i, m) for i, m in enumerate(messages) if m._state is LEASED]
+        batch = sub.capabilities.max_batch
+        for start in range(0, len(pending), batch):
+            chunk = pending[start : start + batch]
+            try:
+                results = await sub._guard.acall(
+                    "ack", f"ack {len(chunk)} messages", sub._aside.ack_many, [m._handle for _, m in chunk]
+                )
+            except PortableError:
+                again = chunk
+            else:
+                again = []
+                for (i, m), result in zip(chunk, results, strict=True):
+                    if result is None:
+                        m._state = ACKED
+                    else:
+                        again.append((i, m))
+            for i, m in again:
+                try:
+                    await self.settler.ack(m)
+                except PortableError as exc:
+                    out[i] = exc
+        return out
+
     async def _receive_loop(self) -> None:
+        if self.batched:
+            await self._receive_batches()
+            return
         sub = self.sub
         stop = self.stop
         concurrency = self.options.concurrency
@@ -237,10 +445,10 @@ class AsyncConsumerLoop:
                 await self._release(message)
                 return
             if self.telemetry is None:
-                await adrive(self.script.handle(message), self._effect, shield=_settling)
+                await adrive(self.script.handle(message), self._effect, shield=self.shield)
             else:
                 with self.telemetry.processing(message):
-                    await adrive(self.script.handle(message), self._effect, shield=_settling)
+                    await adrive(self.script.handle(message), self._effect, shield=self.shield)
         except asyncio.CancelledError:
             pass  # given back by the script; the drain counts it unfinished
         except Exception:  # the loop must survive anything; the message's lease will expire
@@ -253,12 +461,16 @@ class AsyncConsumerLoop:
     async def _done(self, message: Delivery) -> None:
         following, release = self.holding.done(message, self.stop.is_set())
         self.changed.set()
+        if self.batched:
+            return
         for m in release:
             await self._release(m)
         if following is not None:
             self._start(following)
 
     async def _release(self, message: Delivery) -> None:
+        if self.claims is not None and self.claims.held(message) is not None:
+            await self._store(self.claims.unclaim, message)  # claimed ahead, never started
         try:
             await asyncio.shield(self.settler.nack(message, 0.0))
             self._count("released")
@@ -329,7 +541,10 @@ class AsyncConsumerLoop:
             raise
 
     async def _do_ack(self, message: Delivery) -> None:
-        await self.settler.ack(message)
+        if self.batched:
+            self.acks.append(message)  # at the window's end (_flush), after its completions
+        else:
+            await self.settler.ack(message)
 
     async def _do_nack(self, message: Delivery, delay: float) -> None:
         await self.settler.nack(message, delay)
@@ -343,6 +558,15 @@ class AsyncConsumerLoop:
     async def _do_claim(self, message: Delivery, key: str) -> Claim:
         claims = self.claims
         assert claims is not None
+        if self.batched:
+            ahead = self.ahead.pop(id(message), None)
+            if ahead is not None:
+                if isinstance(ahead[1], Claim):
+                    return ahead[1]
+                raise ahead[1]
+            completes, self.completes = self.completes, []  # a key seen earlier in the window: its completion first
+            if completes:
+                await self._store(claims.complete_batch, completes)
         call = asyncio.ensure_future(run_blocking(claims.claim, message, key))
         try:
             return await asyncio.shield(call)
@@ -368,6 +592,11 @@ class AsyncConsumerLoop:
     # the call may run after this task moved on (cancelled), and must still find it
     async def _do_complete(self, message: Delivery, result: bytes | None) -> None:
         assert self.claims is not None
+        if self.batched:
+            held = self.claims.forget_held(message)
+            if held is not None:
+                self.completes.append((message, held, result))
+            return
         await run_blocking(self.claims.complete_held, message, self.claims.forget_held(message), result)
 
     async def _do_release(self, message: Delivery) -> None:

@@ -41,6 +41,7 @@ import decimal
 import enum
 import hashlib
 import json
+import os
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -99,9 +100,11 @@ __all__ = [
     "lost_error",
     "new_record",
     "new_token",
+    "new_tokens",
     "next_counts",
     "read_record",
     "released_record",
+    "unclaimed_record",
     "without_options",
 ]
 
@@ -203,7 +206,16 @@ class IdempotencyStore(Protocol):
     #   extend(key, token, lease): push a held claim's lease (long effects);
     #   forget(key, token): give a held claim up and start its counts again (the
     #     consumer loop calls it when it dead-letters the message, so a copy
-    #     redriven later is counted from its first start).
+    #     redriven later is counted from its first start);
+    #   unclaim(key, token): give back a claim whose effect never started (a
+    #     consumer stopping with claims taken ahead): one start fewer, no failure;
+    #   claim_many(items, *, lease, ttl) -> list[Claim | IdempotencyConflict]: claim
+    #     (key, fingerprint) pairs at once (one transaction, pipeline or batch), each
+    #     answer as claim() would give it, a conflict returned in its place, not raised;
+    #   complete_many(items) -> list[BaseException | None]: complete (key, token,
+    #     result) triples at once, each item's error (lost, too large) in its place.
+    # portable.idempotency.claim_many / complete_many call these, or loop where a
+    # store lacks them; the consumer loop claims and completes a received batch so.
 
 
 @runtime_checkable
@@ -257,6 +269,12 @@ class TransactionalHandler:
 def new_token() -> str:
     """A fresh claim token: 32 hex digits, unique to one claim."""
     return uuid.uuid4().hex
+
+
+def new_tokens(n: int) -> list[str]:
+    """``n`` fresh claim tokens (as :func:`new_token`'s, from one read of the OS's random source)."""
+    digits = os.urandom(16 * n).hex()
+    return [digits[i : i + 32] for i in range(0, 32 * n, 32)]
 
 
 def fingerprint(payload: bytes | bytearray | memoryview | str | Mapping[str, Any], *, fields: tuple[str, ...] | None = None) -> str:
@@ -497,6 +515,14 @@ def forgotten_record(record: IdempotencyRecord) -> IdempotencyRecord:
     return forgotten
 
 
+def unclaimed_record(record: IdempotencyRecord) -> IdempotencyRecord:
+    """``record`` given back before its effect started: released, its claim's start taken back."""
+    unclaimed = record.copy()
+    unclaimed["state"] = RELEASED
+    unclaimed["starts"] = max(0, record.get("starts", 1) - 1)
+    return unclaimed
+
+
 def extended_record(record: IdempotencyRecord, lease: float, now: float) -> IdempotencyRecord:
     """``record`` with its lease pushed to ``lease`` seconds from ``now``."""
     extended = record.copy()
@@ -670,6 +696,14 @@ class CompareAndSwapStore(ABC, Generic[Doc, Version]):
             PreconditionFailed: the claim was lost.
         """
         self._change(key, token, forgotten_record, RELEASED)
+
+    def unclaim(self, key: str, token: str) -> None:
+        """Give back a claim whose effect never started: one start fewer, no failure counted.
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        self._change(key, token, unclaimed_record, RELEASED)
 
     def extend(self, key: str, token: str, lease: float) -> None:
         """Push the lease of a held claim ``lease`` seconds from now (long effects).

@@ -85,6 +85,7 @@ from ..driver.idempotency import (
     fingerprint,
     new_token,
 )
+from ._batch import claim_many, complete_many, unclaim
 from ._bucket import BucketEffects, BucketStore
 from ._memory import MemoryStore
 from ._open import GROUP, open_store
@@ -106,9 +107,12 @@ __all__ = [
     "SqliteTransaction",
     "TransactionalHandler",
     "arun_once",
+    "claim_many",
+    "complete_many",
     "fingerprint",
     "idempotent",
     "new_token",
     "open_store",
     "run_once",
+    "unclaim",
 ]

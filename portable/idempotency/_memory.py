@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from ..driver.idempotency import (
@@ -32,8 +32,11 @@ from ..driver.idempotency import (
     extended_record,
     forgotten_record,
     new_token,
+    new_tokens,
     released_record,
+    unclaimed_record,
 )
+from ..errors import IdempotencyConflict
 from ..urls import ParsedURL
 
 __all__ = ["MemoryStore"]
@@ -87,6 +90,58 @@ class MemoryStore:
             record = claimed_record(previous, key, fingerprint, token, lease=lease, ttl=ttl, now=now)
             self._records[key] = record
             return acquired_claim(record, now)
+
+    def claim_many(
+        self, items: Sequence[tuple[str, str]], *, lease: float, ttl: float
+    ) -> list[Claim | IdempotencyConflict]:
+        """Claim many (key, fingerprint) pairs under one lock; each answer, or its conflict, in order."""
+        pairs = list(items)
+        for key, fp in pairs:
+            check_claim_args(key, fp, lease, ttl)
+        out: list[Claim | IdempotencyConflict] = []
+        with self._lock:
+            now = self._clock()
+            records = self._records
+            for (key, fp), token in zip(pairs, new_tokens(len(pairs)), strict=True):
+                previous = records.get(key)
+                try:
+                    outcome = claim_outcome(previous, key, fp, token, now)
+                except IdempotencyConflict as exc:
+                    out.append(exc)
+                    continue
+                if outcome is None:
+                    record = claimed_record(previous, key, fp, token, lease=lease, ttl=ttl, now=now)
+                    records[key] = record
+                    outcome = acquired_claim(record, now)
+                out.append(outcome)
+        return out
+
+    def complete_many(self, items: Sequence[tuple[str, str, bytes | None]]) -> list[BaseException | None]:
+        """Complete many (key, token, result) claims under one lock; each one's error (or None)."""
+        out: list[BaseException | None] = []
+        with self._lock:
+            now = self._clock()
+            for key, token, result in items:
+                try:
+                    check_result(result, self.max_result_bytes)
+                    record = self._records.get(key)
+                    if change_needed(record, key, token, COMPLETED, now):
+                        self._records[key] = completed_record(record, result, now)
+                    out.append(None)
+                except Exception as exc:
+                    out.append(exc)
+        return out
+
+    def unclaim(self, key: str, token: str) -> None:
+        """Give back a claim whose effect never started: one start fewer, no failure counted.
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        with self._lock:
+            record = self._records.get(key)
+            if change_needed(record, key, token, RELEASED, self._clock()):
+                self._records[key] = unclaimed_record(record)
 
     def complete(self, key: str, token: str, result: bytes | None) -> None:
         """Mark the claim done with ``result``; see :meth:`IdempotencyStore.complete`."""

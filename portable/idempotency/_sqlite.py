@@ -30,7 +30,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,9 +48,10 @@ from ..driver.idempotency import (
     claim_outcome,
     lost_error,
     new_token,
+    new_tokens,
     next_counts,
 )
-from ..errors import Internal, InvalidURL
+from ..errors import IdempotencyConflict, Internal, InvalidURL
 from ..urls import ParsedURL
 
 __all__ = ["SqliteStore", "SqliteTransaction"]
@@ -232,9 +233,93 @@ class SqliteStore:
         conn.execute("INSERT OR REPLACE " + _INSERT, (key, fingerprint, token, now + lease, now + ttl, ttl, starts, failures))
         return Claim("acquired", token, None, lease, starts, failures)
 
+    def claim_many(
+        self, items: Sequence[tuple[str, str]], *, lease: float, ttl: float
+    ) -> list[Claim | IdempotencyConflict]:
+        """Claim many (key, fingerprint) pairs in one ``BEGIN IMMEDIATE`` transaction.
+
+        Returns, in input order, each key's Claim as :meth:`claim` would answer
+        it, or the IdempotencyConflict it met (returned, so one reused key does
+        not hide the others' claims). One commit for the whole batch: at
+        ``synchronous=NORMAL`` in WAL mode, as every write of this store.
+
+        Raises:
+            InvalidArgument: a bad pair (nothing is claimed).
+        """
+        pairs = list(items)
+        for key, fp in pairs:
+            check_claim_args(key, fp, lease, ttl)
+        out: list[Claim | IdempotencyConflict] = []
+        with self._immediate() as conn:
+            now = self._clock()
+            tokens = new_tokens(len(pairs))
+            first: dict[str, int] = {}  # each key's first pair in the batch
+            for i, (key, _) in enumerate(pairs):
+                first.setdefault(key, i)
+            # the common case, all keys new: one statement; the rowcount says whether it was so
+            inserted = conn.executemany(
+                "INSERT OR IGNORE " + _INSERT,
+                [(key, pairs[i][1], tokens[i], now + lease, now + ttl, ttl, 1, 0) for key, i in first.items()],
+            ).rowcount
+            mine: set[int] = set(first.values())
+            if inserted != len(first):  # some keys had records: which rows hold this batch's tokens?
+                mine = set()
+                keys = list(first)
+                for start in range(0, len(keys), 500):
+                    chunk = keys[start : start + 500]
+                    marks = ",".join("?" * len(chunk))
+                    for key, token in conn.execute(
+                        f"SELECT key, token FROM portable_idempotency WHERE key IN ({marks})", chunk
+                    ):
+                        if token == tokens[first[key]]:
+                            mine.add(first[key])
+            for i, (key, fp) in enumerate(pairs):
+                if i in mine:
+                    out.append(Claim("acquired", tokens[i], None, lease, 1, 0))
+                    continue
+                try:
+                    out.append(self._claim_locked(conn, key, fp, tokens[i], lease, ttl))
+                except IdempotencyConflict as exc:
+                    out.append(exc)
+        return out
+
     def complete(self, key: str, token: str, result: bytes | None) -> None:
         check_result(result, self.max_result_bytes)
         self._complete(self._conn(), key, token, result)
+
+    def complete_many(self, items: Sequence[tuple[str, str, bytes | None]]) -> list[BaseException | None]:
+        """Complete many (key, token, result) claims in one transaction; each one's error (or None).
+
+        The batch commits at once: after a crash either every completion of it
+        holds or none does. A result over ``max_result_bytes`` is that item's
+        TooLarge (its claim is kept); a lost claim its PreconditionFailed.
+        """
+        out: list[BaseException | None] = [None] * len(items)
+        rows: list[tuple[bytes | None, float, str, str, float]] = []
+        where: list[int] = []
+        for i, (key, token, result) in enumerate(items):
+            try:
+                check_result(result, self.max_result_bytes)
+            except Exception as exc:
+                out[i] = exc
+                continue
+            rows.append((result, 0.0, key, token, 0.0))
+            where.append(i)
+        if not rows:
+            return out
+        with self._immediate() as conn:
+            now = self._clock()
+            rows = [(result, now, key, token, now) for result, _, key, token, _ in rows]
+            changed = conn.executemany(
+                "UPDATE portable_idempotency SET completed = 1, result = ?, expires_at = MAX(expires_at, ? + ttl) "
+                "WHERE " + _HELD,
+                rows,
+            ).rowcount
+            if changed != len(rows):  # some claim was lost, or completed before: find out which
+                for i, (_, _, key, token, _) in zip(where, rows, strict=True):
+                    if not self._in_state(conn, key, token, "completed = 1"):
+                        out[i] = lost_error(key)
+        return out
 
     def _complete(self, conn: sqlite3.Connection, key: str, token: str, result: bytes | None) -> None:
         now = self._clock()
@@ -263,6 +348,14 @@ class SqliteStore:
             PreconditionFailed: the claim was lost.
         """
         self._give_up(key, token, "starts = 0, failures = 0")
+
+    def unclaim(self, key: str, token: str) -> None:
+        """Give back a claim whose effect never started: one start fewer, no failure counted.
+
+        Raises:
+            PreconditionFailed: the claim was lost.
+        """
+        self._give_up(key, token, "starts = MAX(starts - 1, 0)")
 
     def _give_up(self, key: str, token: str, counts: str) -> None:
         conn = self._conn()

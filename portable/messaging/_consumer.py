@@ -12,20 +12,24 @@ handler did not finish.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import itertools
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..cloudevents import dedup_key_of
 from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
-from ..driver.messaging import MAX_RECEIVE, Delivery
+from ..driver.messaging import ACKED, LEASED, MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
-from ..errors import PortableError, PreconditionFailed
+from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
+from ..idempotency._batch import claim_many, complete_many, unclaim
 from ..idempotency._run_once import observed_claim
 from ..telemetry._propagation import ConsumerTelemetry
 from ._handling import Effect, Holding, MessageScript, RunOptions, drive
@@ -34,6 +38,11 @@ from ._message import Message, MessageSettler
 if TYPE_CHECKING:
     from ._subscription import Subscription
     from ._topic import Topic
+
+_sha256 = hashlib.sha256  # fingerprint() of a bytes body, without the call (the same digest)
+
+#: messages whose keys the batched loop claims at once, then completes and acks at once
+CLAIM_WINDOW = 256
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
@@ -228,6 +237,63 @@ class RunClaims:
         with self._lock:
             return self._held.pop(id(message), None)
 
+    # -- in batches (the loop of concurrency 1: see ConsumerLoop._batch_worker) --------------
+    def claim_ahead(self, messages: Sequence[Message]) -> dict[int, tuple[str, Claim | IdempotencyConflict]]:
+        """Claim the keys of ``messages`` in one store call (``claim_many``), before their handlers run.
+
+        Only a key's first message in the batch is claimed ahead (a later one claims when
+        its turn comes, after the first's completion is written, so it meets ``"completed"``).
+        Returns (key, answer) by ``id(message)``; an empty table if the batch could not be
+        claimed (then each message claims on its own, and meets the store's error there).
+        """
+        items: list[tuple[str, str]] = []
+        owners: list[Message] = []
+        seen: set[str] = set()
+        key_of, add = self.key, seen.add
+        for message in messages:
+            try:
+                key = key_of(message)
+                if key is None or key in seen:
+                    continue
+                body = message.body
+                items.append((key, _sha256(body).hexdigest()[:32] if type(body) is bytes else fingerprint(body)))
+            except Exception:  # the caller's key function failed: the message meets it again on its own
+                continue
+            add(key)
+            owners.append(message)
+        if not items:
+            return {}
+        try:
+            answers = claim_many(self.store, items, lease=self.lease, ttl=self.ttl)
+        except Exception as exc:
+            log.warning("claiming %d idempotency keys at once failed (each is claimed on its own): %s", len(items), exc)
+            return {}
+        ends = time.monotonic() + self.lease
+        out: dict[int, tuple[str, Claim | IdempotencyConflict]] = {}
+        with self._lock:
+            held = self._held
+            for message, (key, _), claim in zip(owners, items, answers, strict=True):
+                out[id(message)] = (key, claim)
+                if type(claim) is Claim and claim.status == "acquired" and claim.token is not None:
+                    held[id(message)] = [key, claim.token, ends, True]
+        return out
+
+    def complete_batch(self, done: list[tuple[Message, list[Any], bytes | None]]) -> None:
+        """Complete the claims ``done`` ((message, held claim, result)) in one store call (``complete_many``)."""
+        errors = complete_many(self.store, [(held[0], held[1], result) for _, held, result in done])
+        for (message, _, _), error in zip(done, errors, strict=True):
+            if error is not None:
+                log.warning("could not complete idempotency key of message %s: %s", message.id, error)
+
+    def unclaim(self, message: Message) -> None:
+        """Give back ``message``'s claim taken ahead, its handler never started (see :func:`unclaim`)."""
+        held = self.forget_held(message)
+        if held is not None:
+            try:
+                unclaim(self.store, held[0], held[1])
+            except Exception as exc:
+                log.warning("could not give back idempotency key of message %s: %s", message.id, exc)
+
     def keep(self) -> None:
         """Extend the claims of long handlers that are past half their lease, where the store can."""
         extend = getattr(self.store, "extend", None)
@@ -278,7 +344,15 @@ class ConsumerLoop:
         self.script = MessageScript(
             options, None if self.claims is None else self.claims.key, self._count, settler.may_settle
         )
+        # concurrency 1: one worker thread receives, claims, handles and settles in batches, the
+        # handler inline (no hop per message); more: the caller receives and a pool handles
+        self.batched = options.concurrency == 1
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="portable-consumer")
+        self.queue: deque[Message] = deque()  # the batch worker's received messages not yet started
+        self.ahead: dict[int, tuple[str, Claim | IdempotencyConflict]] = {}  # (key, claim) taken ahead, by id(message)
+        self.completes: list[tuple[Message, list[Any], bytes | None]] = []  # to write at the batch's end
+        self.acks: list[Message] = []  # to ack at the batch's end, after the completions
+        self.worker_error: BaseException | None = None
         # None unless tracing or metrics are on (see portable.telemetry._propagation)
         self.telemetry = ConsumerTelemetry.of(sub.provider, sub._guard.target, redact(sub.url), sub.stats)
 
@@ -299,7 +373,10 @@ class ConsumerLoop:
             keeper = threading.Thread(target=self._keep_leases, name="portable-lease-keeper", daemon=True)
             keeper.start()
         try:
-            self._receive_loop()
+            if self.batched:
+                self._run_batched()
+            else:
+                self._receive_loop()
         finally:
             self.stop.set()
             self._drain()
@@ -307,7 +384,159 @@ class ConsumerLoop:
             self.pool.shutdown(wait=False, cancel_futures=True)
             if keeper is not None:
                 keeper.join(timeout=5)
+        if self.worker_error is not None:
+            raise self.worker_error
         return self.stats
+
+    # -- concurrency 1: the batch worker -----------------------------------
+    def _run_batched(self) -> None:
+        """Run the batch worker until stopped; then give back what it received and did not start.
+
+        The caller's thread only waits, so that it can return after ``drain_timeout``
+        while a handler still runs (the worker then settles that message when it ends).
+        """
+        worker = threading.Thread(target=self._batch_worker, name="portable-consumer", daemon=True)
+        worker.start()
+        while not self.stop.wait(0.1):
+            if not worker.is_alive():
+                break
+        unstarted = []
+        while True:
+            try:
+                unstarted.append(self.queue.pop())
+            except IndexError:
+                break
+        for message in reversed(unstarted):
+            if self.claims is not None:
+                self.claims.unclaim(message)
+            self._release(message)
+
+    def _batch_worker(self) -> None:
+        """Receive a batch and run the handler on each message in turn, on this thread, claiming
+        the keys of each window of :data:`CLAIM_WINDOW` messages at once before the window runs
+        and writing its completions at once, then its acks at once, after it.
+
+        A message is acked only after its completion is written (a crash in between
+        leaves a completed key: the redelivery is skipped). A crash mid-window leaves the
+        window's claims in progress: their messages come back and are deferred until the
+        claims' lease ends, then run again, each claim counted as a start (so a crash costs
+        at most a window's worth of starts, not a batch's). The batch grows from 8 up to
+        1,000 messages (4x a batch) while it is handled within a quarter of the lease (of
+        the message and of the claim), so a provider that cannot extend leases keeps them.
+        """
+        size = 8  # and 4x a batch: a slow handler with a short lease keeps small batches from the start
+        try:
+            while not self.stop.is_set():
+                try:
+                    messages = self.sub.receive(size, self.poll, lease=self.lease)
+                except PortableError as exc:
+                    log.warning("receive from %s failed: %s", redact(self.sub.url), exc)
+                    self.stop.wait(min(max(self.poll, 0.5), 5.0))
+                    continue
+                if not messages:
+                    continue
+                began = time.monotonic()
+                with self.cond:
+                    self.stats.received += len(messages)
+                    if not self.stop.is_set():
+                        for message in messages:
+                            self.holding.held[id(message)] = message
+                        self.queue.extend(messages)
+                        messages = []
+                if messages:  # stopped meanwhile: give them back
+                    for message in messages:
+                        self._release(message)
+                    return
+                handled = self._handle_queue()
+                size = self._next_size(size, handled, time.monotonic() - began)
+        except BaseException as exc:  # the run ends; run() raises it after the drain
+            self.worker_error = exc
+            self.stop.set()
+        finally:
+            self._flush([])
+
+    def _handle_queue(self) -> int:
+        """Handle the queued messages one by one, window by window, until the queue is empty or
+        the loop stops; settle each window after it. How many were handled."""
+        queue, stopped = self.queue, self.stop.is_set
+        fast = self.telemetry is None and self.options.transactional is None
+        # a transactional handler claims each key just before it runs (its commit completes it)
+        claims = self.claims if self.options.transactional is None else None
+        window: list[Message] = []
+        left = 0 if claims is not None else -1  # messages still to run of the window claimed ahead
+        handled = 0
+        try:
+            while True:
+                # no lock: the caller takes what is left at stop with queue.pop(), and a deque's
+                # pops are atomic, so each message is started here or given back there, never both
+                if stopped():
+                    return handled
+                try:
+                    message = queue.popleft()
+                except IndexError:
+                    return handled
+                if left == 0:
+                    assert claims is not None
+                    self._flush(window)
+                    window = []
+                    try:
+                        upcoming = [message, *itertools.islice(queue, CLAIM_WINDOW - 1)]
+                    except RuntimeError:  # the caller is taking the queue back (stopping)
+                        upcoming = [message]
+                    self.ahead = claims.claim_ahead(upcoming)
+                    left = len(upcoming)
+                    if stopped():  # what the caller took back meanwhile gives its claims back too
+                        for m in upcoming[1:]:
+                            if id(m) not in self.holding.held:
+                                claims.unclaim(m)
+                left -= 1
+                window.append(message)
+                handled += 1
+                try:
+                    if fast:
+                        self._process_fast(message)
+                    else:
+                        self._process(message)
+                except Exception:  # the loop must survive anything; the message's lease will expire
+                    log.exception("the consumer loop failed on message %s", message.id)
+        finally:
+            self._flush(window)
+
+    def _flush(self, done: list[Message]) -> None:
+        """Write the completions held back, then ack the messages held back; stop holding ``done``."""
+        self._flush_completes()
+        acks, self.acks = self.acks, []
+        if acks:
+            errors = self.sub._ack_each(acks)
+            for message, error in zip(acks, errors, strict=True):
+                if error is None:
+                    continue
+                with self.cond:
+                    self.stats.acked -= 1
+                if isinstance(error, PreconditionFailed):
+                    self._count("lost")
+                    log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
+                else:
+                    log.warning("ack of message %s failed: %s; it will be delivered again", message.id, error)
+        self.ahead = {}
+        with self.cond:
+            for message in done:
+                self.holding.drop(message)
+            self.cond.notify_all()
+
+    def _flush_completes(self) -> None:
+        completes, self.completes = self.completes, []
+        if completes and self.claims is not None:
+            self.claims.complete_batch(completes)
+
+    def _next_size(self, size: int, handled: int, spent: float) -> int:
+        """The next batch's size: 4x, at most 1,000, and what fits in a quarter of the lease."""
+        if handled == 0:
+            return size
+        lease = self.lease if self.claims is None else min(self.lease, self.claims.lease)
+        per_message = spent / handled
+        fits = MAX_RECEIVE if per_message <= 0 else int(lease / 4 / per_message)
+        return max(1, min(MAX_RECEIVE, size * 4, fits))
 
     def _receive_loop(self) -> None:
         sub = self.sub
@@ -414,6 +643,56 @@ class ConsumerLoop:
             if self.claims is not None:
                 self.claims.forget_held(message)
 
+    def _process_fast(self, message: Message) -> None:
+        """:meth:`_process` without the script for the common case, with the script's rules: a
+        message whose claim was taken ahead (or that needs none) and may run, run and held back
+        to be completed and acked at the batch's end. Anything else, and every failure, goes
+        through the script (:class:`~portable.messaging._handling.MessageScript`)."""
+        limit = self.options.max_deliveries
+        claims = self.claims
+        if claims is None:
+            if limit is not None and message.delivery_attempt > limit:
+                self._process(message)
+                return
+            attempt, failures, claimed = message.delivery_attempt, None, False
+        else:
+            ahead = self.ahead.get(id(message))
+            claim = None if ahead is None else ahead[1]
+            if (
+                not isinstance(claim, Claim) or claim.status != "acquired" or claim.starts is None
+                or (limit is not None and claim.starts > limit)
+            ):  # fmt: skip
+                self._process(message)  # no claim ahead, skipped, deferred, over the limit: the script decides
+                return
+            del self.ahead[id(message)]
+            attempt, failures, claimed = claim.starts, claim.failures or 0, True
+        try:
+            result = self.handler(message)
+        except Exception as exc:
+            try:
+                drive(self.script.handler_failed(message, attempt, failures, claimed, exc), self._effect)
+            finally:
+                if claims is not None:
+                    claims.forget_held(message)
+            return
+        except BaseException:
+            try:
+                drive(self.script.handler_interrupted(message, claimed), self._effect)
+            finally:
+                if claims is not None:
+                    claims.forget_held(message)
+            raise
+        if claimed:
+            assert claims is not None
+            held = claims.forget_held(message)
+            if held is not None:
+                self.completes.append((message, held, result if type(result) is bytes else None))
+        if message._state is LEASED:
+            self.acks.append(message)
+            self.stats.acked += 1  # only this worker counts acks in a batched run
+        elif message._state is ACKED:
+            self.stats.acked += 1
+
     def _effect(self, effect: Effect) -> Any:
         """Make one call the script asks for (see :mod:`portable.messaging._handling`)."""
         return getattr(self, f"_do_{effect[0]}")(*effect[1:])
@@ -428,7 +707,10 @@ class ConsumerLoop:
             raise
 
     def _do_ack(self, message: Message) -> None:
-        message.ack()
+        if self.batched:
+            self.acks.append(message)  # at the batch's end (_flush), after its completions
+        else:
+            message.ack()
 
     def _do_nack(self, message: Message, delay: float) -> None:
         message.nack(delay)
@@ -441,11 +723,23 @@ class ConsumerLoop:
 
     def _do_claim(self, message: Message, key: str) -> Claim:
         assert self.claims is not None
+        if self.batched:
+            ahead = self.ahead.pop(id(message), None)
+            if ahead is not None:
+                if isinstance(ahead[1], Claim):
+                    return ahead[1]
+                raise ahead[1]
+            self._flush_completes()  # a key seen earlier in this batch: its completion first
         return self.claims.claim(message, key)
 
     def _do_complete(self, message: Message, result: bytes | None) -> None:
         assert self.claims is not None
-        self.claims.complete(message, result)
+        if self.batched:
+            held = self.claims.forget_held(message)
+            if held is not None:
+                self.completes.append((message, held, result))
+        else:
+            self.claims.complete(message, result)
 
     def _do_release(self, message: Message) -> None:
         assert self.claims is not None

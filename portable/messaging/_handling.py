@@ -269,7 +269,6 @@ class MessageScript:
         """Run the handler on ``message``, its ``attempt``-th start (``failures`` of the earlier
         starts raised: None where nothing counts them), under the claim ``held``, and settle it."""
         options = self.options
-        limit = options.max_deliveries
         claimed = held is not None and held[1] is not None
         try:
             if options.transactional is not None and claimed:
@@ -279,33 +278,10 @@ class MessageScript:
             else:
                 result = yield (HANDLE, message)
         except Exception as exc:
-            self.count("failed")
-            log.warning("handler failed on message %s (attempt %d): %r", message.id, attempt, exc)
-            error = f"{type(exc).__name__}: {redact(str(exc))}"
-            if message.settled:
-                if claimed:
-                    yield (RELEASE, message)
-                return
-            if limit is not None and attempt >= limit:
-                if failures is None:
-                    reason = f"the handler failed on delivery {attempt} (max_deliveries={limit}): {error}"
-                else:
-                    reason = failed_reason(attempt, failures + 1, error)
-                moved = yield from self.dead_letter(message, reason)
-                if claimed:
-                    yield (FORGET, message) if moved else (RELEASE, message)
-            else:
-                if claimed:
-                    yield (RELEASE, message)
-                yield from self.retry_later(message, attempt)
+            yield from self.handler_failed(message, attempt, failures, claimed, exc)
             return
         except BaseException:
-            # cancelled mid-handler (a task, or the process stopping): the message was not
-            # handled, so it goes back at once and its claim with it; never dead-lettered
-            if claimed:
-                yield (RELEASE, message)
-            if not message.settled:
-                yield (GIVE_BACK, message)
+            yield from self.handler_interrupted(message, claimed)
             raise
         if claimed:
             yield (COMPLETE, message, result if isinstance(result, bytes) else None)
@@ -313,6 +289,40 @@ class MessageScript:
             yield from self.ack(message)
         elif message._state is ACKED:
             self.count("acked")
+
+    def handler_failed(
+        self, message: Delivery, attempt: int, failures: int | None, claimed: bool, exc: Exception
+    ) -> Script:
+        """The handler raised ``exc`` on ``message``'s ``attempt``-th start: release the claim,
+        nack with backoff, or dead-letter at ``max_deliveries``."""
+        limit = self.options.max_deliveries
+        self.count("failed")
+        log.warning("handler failed on message %s (attempt %d): %r", message.id, attempt, exc)
+        error = f"{type(exc).__name__}: {redact(str(exc))}"
+        if message.settled:
+            if claimed:
+                yield (RELEASE, message)
+            return
+        if limit is not None and attempt >= limit:
+            if failures is None:
+                reason = f"the handler failed on delivery {attempt} (max_deliveries={limit}): {error}"
+            else:
+                reason = failed_reason(attempt, failures + 1, error)
+            moved = yield from self.dead_letter(message, reason)
+            if claimed:
+                yield (FORGET, message) if moved else (RELEASE, message)
+        else:
+            if claimed:
+                yield (RELEASE, message)
+            yield from self.retry_later(message, attempt)
+
+    def handler_interrupted(self, message: Delivery, claimed: bool) -> Script:
+        """Cancelled mid-handler (a task, or the process stopping): the message was not
+        handled, so it goes back at once and its claim with it; never dead-lettered."""
+        if claimed:
+            yield (RELEASE, message)
+        if not message.settled:
+            yield (GIVE_BACK, message)
 
     def ack(self, message: Delivery) -> Generator[Effect, Any, bool]:
         """Ack ``message``; whether it was acked (a lost lease or a failed ack is logged)."""

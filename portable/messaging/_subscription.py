@@ -21,7 +21,7 @@ from ..driver.messaging import (
     SubscriptionDriver,
 )
 from ..driver.redaction import redact
-from ..errors import ConfigError, InvalidArgument, MissingCapability
+from ..errors import ConfigError, InvalidArgument, MissingCapability, PortableError
 from ..resilience import ResiliencePolicy
 from ._consumer import ConsumerLoop, RunStats, default_idempotency_key, stop_on_signals
 from ._handling import RunOptions
@@ -147,6 +147,37 @@ class Subscription(MessagingClient[SubscriptionDriver]):
             for message in self._acked(chunk, results):
                 self._settler.call_with_handle(message, "ack", self._side.ack)
                 message._state = ACKED
+
+    def _ack_each(self, messages: list[Message]) -> list[PortableError | None]:
+        """Ack ``messages`` in native batches; each one's error (or None), never raising (the consumer loop's
+        batched settlement). A message whose batched ack failed is acked again on its own; one no longer
+        leased (settled meanwhile) is left alone."""
+        out: list[PortableError | None] = [None] * len(messages)
+        pending = [(i, m) for i, m in enumerate(messages) if m._state is LEASED]
+        batch = self.capabilities.max_batch
+        settler = self._settler
+        for start in range(0, len(pending), batch):
+            chunk = pending[start : start + batch]
+            try:
+                results: list[BaseException | None] = self._guard.call(
+                    "ack", f"ack {len(chunk)} messages", self._side.ack_many, [m._handle for _, m in chunk]
+                )
+            except PortableError:
+                results = [None] * len(chunk)
+                again = chunk
+            else:
+                again = []
+                for (i, m), result in zip(chunk, results, strict=True):
+                    if result is None:
+                        m._state = ACKED
+                    else:
+                        again.append((i, m))
+            for i, m in again:
+                try:
+                    settler.ack(m)
+                except PortableError as exc:
+                    out[i] = exc
+        return out
 
     def _ack_chunks(self, messages: Iterable[Message]) -> list[list[Message]]:
         """The messages of ``ack_many`` still to ack, in driver calls of ``capabilities.max_batch``.

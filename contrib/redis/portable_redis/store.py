@@ -21,7 +21,8 @@ that applies the rules of :func:`~portable.driver.idempotency.claim_outcome`
 and :func:`~portable.driver.idempotency.change_needed` on the server: atomic,
 one round trip, with lease times taken from the server's clock (``TIME``), so
 the clients' clocks do not matter.
-:meth:`RedisStore.claim_many` pipelines many claims into one round trip.
+:meth:`RedisStore.claim_many` and :meth:`RedisStore.complete_many` pipeline many
+claims (completions) into one round trip each: the consumer loop's batches.
 
 Retries: redis-py retries on its own (3 times with backoff since 6.0); this
 store turns that off (``retry=Retry(NoBackoff(), 0)``) and runs every call
@@ -267,6 +268,41 @@ class RedisStore:
         )
         if reply != b"ok":
             raise lost_error(key)
+
+    def complete_many(self, items: Iterable[tuple[str, str, bytes | None]]) -> list[BaseException | None]:
+        """Complete many (key, token, result) claims in one round trip (a pipeline of scripts).
+
+        Returns each item's error in input order: TooLarge for a result over
+        ``max_result_bytes`` (not sent), PreconditionFailed for a lost claim, or
+        None. Each completion is atomic on its own (the pipeline is not a transaction).
+        """
+        triples = list(items)
+        out: list[BaseException | None] = [None] * len(triples)
+        sent: list[int] = []
+        for i, (_, _, result) in enumerate(triples):
+            try:
+                check_result(result, self.max_result_bytes)
+            except Exception as exc:
+                out[i] = exc
+                continue
+            sent.append(i)
+        if not sent:
+            return out
+
+        def run() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for i in sent:
+                key, token, result = triples[i]
+                self._complete(
+                    keys=[self._key(key)], args=[token, result or b"", "0" if result is None else "1"], client=pipe
+                )
+            return pipe.execute()
+
+        replies = self._guard.call("write", f"complete {len(sent)} idempotency keys", run)
+        for i, reply in zip(sent, replies, strict=True):
+            if reply != b"ok":
+                out[i] = lost_error(triples[i][0])
+        return out
 
     def release(self, key: str, token: str) -> None:
         reply = self._guard.call(
