@@ -15,7 +15,14 @@ import pytest
 import redis
 from portable_redis import RedisStore
 
-from portable.errors import IdempotencyConflict, InvalidURL, MissingDependency, Unavailable
+from portable.errors import (
+    IdempotencyConflict,
+    InvalidURL,
+    MissingDependency,
+    PreconditionFailed,
+    TooLarge,
+    Unavailable,
+)
 from portable.idempotency import Claim, fingerprint, open_store, run_once
 from portable.urls import parse_url
 from tests.idempotency.conftest import uninstall_stores
@@ -61,6 +68,22 @@ def test_claim_many_pipelines_claims_and_reports_conflicts_per_key(store: RedisS
     assert results[1] == Claim("completed", None, b"r")
     assert results[2] == Claim("in_progress")
     assert isinstance(results[3], IdempotencyConflict)
+
+
+def test_complete_many_pipelines_completions_and_reports_each_failure_in_its_slot(store: RedisStore) -> None:
+    mine = store.claim("mine", "fp", lease=5, ttl=60)
+    lost = store.claim("lost", "fp", lease=5, ttl=60)
+    big = store.claim("big", "fp", lease=5, ttl=60)
+    assert mine.token and lost.token and big.token
+    store.release("lost", lost.token)  # the token no longer holds the key
+    too_large = b"x" * (store.max_result_bytes + 1)
+    out = store.complete_many([("mine", mine.token, b"r"), ("lost", lost.token, None), ("big", big.token, too_large)])
+    assert out[0] is None
+    assert isinstance(out[1], PreconditionFailed)
+    assert isinstance(out[2], TooLarge)
+    assert store.claim("mine", "fp", lease=5, ttl=60) == Claim("completed", None, b"r")
+    # the too-large result was never sent: the key is still held by its claim
+    assert store.claim("big", "fp", lease=5, ttl=60) == Claim("in_progress")
 
 
 def test_a_retried_claim_whose_reply_was_lost_is_still_ours(store: RedisStore) -> None:
