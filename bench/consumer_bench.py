@@ -18,8 +18,7 @@ portable, raw, ...) on the same messages (N of 200 B, each with its own idempote
   queue, while this isolates exactly what the loop costs over the queue it drives.
 * ``kafka://?engine=confluent`` on Apache Kafka 4 (the test harness starts it, as
   bench/kafka_bench.py does). portable: ``sub.run(..., idempotency=SqliteStore)`` on the
-  confluent engine as it is in this branch (another helper is speeding the engine up: the
-  figure is of this branch's engine). raw: a ``confluent_kafka.Consumer`` loop,
+  confluent engine. raw: a ``confluent_kafka.Consumer`` loop,
   ``consume(1000)``, the dedup table, then an asynchronous ``commit`` of the batch's offsets
   (portable's engine commits asynchronously too). Each round reads one topic, both
   contestants in fresh consumer groups. Two figures: the group join inside both timings,
@@ -415,7 +414,7 @@ def main() -> None:
   more commits than the raw loop (4 windows per 1,000), which bounds what a crash re-handles to one window.
 - sqlite:// raw peer: portable's own queue driver with no loop (receive(1000) and ack_many on the same
   file), so the figure is what the loop, its store and its guards cost over the queue they drive.
-- kafka://: the confluent engine as it is on this branch (another branch is speeding it up); the second
+- kafka://: the confluent engine (its own receive + ack figures: bench/kafka_bench.py); the second
   table leaves the consumer group join out of both timings, the first keeps it in.
 - Memory: one child process per contestant consumes 10,000 messages the parent published (unacked when
   it starts); the loop holds at most one receive batch (1,000) at a time, so its memory does not grow
