@@ -65,3 +65,12 @@ def write(name: str, sections: dict[str, list[dict[str, Any]]], extra: dict[str,
     md = f"# {name}\n\n{meta}\n\n" + "\n".join(table(t, rows) for t, rows in sections.items())
     (RESULTS / f"{name}.md").write_text(md)
     print(md)
+
+
+def start_broker() -> tuple[str, Any]:
+    """A single-node Apache Kafka 4 (KRaft) from the test harness: its bootstrap address and the broker to stop."""
+    from tests.emulators import create
+
+    broker = create("kafka")
+    info = broker.start()
+    return info.endpoints["bootstrap"], broker

@@ -60,7 +60,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import summarise, write  # noqa: E402
+from _common import start_broker, summarise, write  # noqa: E402
 
 import portable.messaging as pm  # noqa: E402
 from portable.driver.messaging import IDEMPOTENCY_ATTRIBUTE  # noqa: E402
@@ -332,14 +332,6 @@ def interleaved(contestants: dict[str, Callable[[], float]], rounds: int) -> dic
             rates[name].append(rate)
             print(f"  {name}: {rate:,.0f} msg/s", flush=True)
     return rates
-
-
-def start_broker() -> tuple[str, Any]:
-    from tests.emulators import create
-
-    broker = create("kafka")
-    info = broker.start()
-    return info.endpoints["bootstrap"], broker
 
 
 def main() -> None:

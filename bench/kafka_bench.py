@@ -64,7 +64,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _common import summarise, write  # noqa: E402
+from _common import start_broker, summarise, write  # noqa: E402
 from confluent_kafka import Consumer as CkConsumer  # noqa: E402
 from confluent_kafka import Producer as CkProducer  # noqa: E402
 from confluent_kafka import TopicPartition as CkTopicPartition  # noqa: E402
@@ -282,14 +282,6 @@ def rounds_of(
             cpu[name].append(ops / bench.cpu)
             print(f"  {name}: {ops / bench.wall:,.0f} msg/s, {1e6 * bench.cpu / ops:.1f} us CPU/msg", flush=True)
     return wall, cpu
-
-
-def start_broker() -> tuple[str, Any]:
-    from tests.emulators import create
-
-    broker = create("kafka")
-    info = broker.start()
-    return info.endpoints["bootstrap"], broker
 
 
 def main() -> None:

@@ -23,12 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..driver.aio_idempotency import settle
 from ..driver.idempotency import Claim
-from ..driver.messaging import ACKED, LEASED, MAX_RECEIVE, Delivery
+from ..driver.messaging import LEASED, MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..driver.threads import run_blocking
 from ..errors import IdempotencyConflict, InvalidArgument, PortableError, PreconditionFailed
 from ..messaging import RunStats
-from ..messaging._consumer import CLAIM_WINDOW, RunClaims, keeper_interval, lease_not_kept
+from ..messaging._consumer import (
+    CLAIM_WINDOW,
+    RunClaims,
+    acked_in_batch,
+    hold_settlement,
+    keeper_interval,
+    lease_not_kept,
+)
 from ..messaging._handling import (
     ACK,
     CLAIM,
@@ -335,16 +342,7 @@ class AsyncConsumerLoop:
             except BaseException:
                 await adrive(self.script.handler_interrupted(message, claimed), self._effect, shield=_always)
                 raise
-            if claimed:
-                assert claims is not None
-                held = claims.forget_held(message)
-                if held is not None:
-                    self.completes.append((message, held, result if type(result) is bytes else None))
-            if message._state is LEASED:
-                self.acks.append(message)
-                self.stats.acked += 1
-            elif message._state is ACKED:
-                self.stats.acked += 1
+            hold_settlement(self, claims, message, claimed, result)
         except asyncio.CancelledError:
             pass  # given back (handler_interrupted); the drain counts it unfinished
         except Exception:  # the loop must survive anything; the message's lease will expire
@@ -388,12 +386,7 @@ class AsyncConsumerLoop:
             except PortableError:
                 again = chunk
             else:
-                again = []
-                for (i, m), result in zip(chunk, results, strict=True):
-                    if result is None:
-                        m._state = ACKED
-                    else:
-                        again.append((i, m))
+                again = acked_in_batch(chunk, results)
             for i, m in again:
                 try:
                     await self.settler.ack(m)

@@ -313,6 +313,38 @@ class RunClaims:
                 log.warning("could not extend the idempotency claim %s: %s", key, exc)
 
 
+def hold_settlement(loop: Any, claims: RunClaims | None, message: Delivery, claimed: bool, result: object) -> None:
+    """After a handler returned in a batched loop (both faces): hold ``message``'s completion and ack
+    back until its window is settled (completions first, then acks), and count it acked.
+
+    ``loop`` has the window's ``completes`` and ``acks`` lists and the run's ``stats``.
+    """
+    if claimed:
+        assert claims is not None
+        held = claims.forget_held(message)
+        if held is not None:
+            loop.completes.append((message, held, result if type(result) is bytes else None))
+    if message._state is LEASED:
+        loop.acks.append(message)
+        loop.stats.acked += 1  # only the batch worker counts acks in a batched run
+    elif message._state is ACKED:
+        loop.stats.acked += 1
+
+
+def acked_in_batch(
+    chunk: list[tuple[int, Delivery]], results: list[BaseException | None]
+) -> list[tuple[int, Delivery]]:
+    """Mark the messages of ``chunk`` ((index, message) pairs) a native batch ack acked; return the
+    rest, to ack one by one (both faces' batched settlement)."""
+    again: list[tuple[int, Delivery]] = []
+    for (i, m), result in zip(chunk, results, strict=True):
+        if result is None:
+            m._state = ACKED
+        else:
+            again.append((i, m))
+    return again
+
+
 class ConsumerLoop:
     """The machinery of one :meth:`Subscription.run` call.
 
@@ -682,16 +714,7 @@ class ConsumerLoop:
                 if claims is not None:
                     claims.forget_held(message)
             raise
-        if claimed:
-            assert claims is not None
-            held = claims.forget_held(message)
-            if held is not None:
-                self.completes.append((message, held, result if type(result) is bytes else None))
-        if message._state is LEASED:
-            self.acks.append(message)
-            self.stats.acked += 1  # only this worker counts acks in a batched run
-        elif message._state is ACKED:
-            self.stats.acked += 1
+        hold_settlement(self, claims, message, claimed, result)
 
     def _effect(self, effect: Effect) -> Any:
         """Make one call the script asks for (see :mod:`portable.messaging._handling`)."""

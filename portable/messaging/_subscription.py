@@ -23,7 +23,13 @@ from ..driver.messaging import (
 from ..driver.redaction import redact
 from ..errors import ConfigError, InvalidArgument, MissingCapability, PortableError
 from ..resilience import ResiliencePolicy
-from ._consumer import ConsumerLoop, RunStats, default_idempotency_key, stop_on_signals
+from ._consumer import (
+    ConsumerLoop,
+    RunStats,
+    acked_in_batch,
+    default_idempotency_key,
+    stop_on_signals,
+)
 from ._handling import RunOptions
 from ._message import Message, MessageSettler
 from ._open import MessagingClient, Resolved
@@ -163,15 +169,9 @@ class Subscription(MessagingClient[SubscriptionDriver]):
                     "ack", f"ack {len(chunk)} messages", self._side.ack_many, [m._handle for _, m in chunk]
                 )
             except PortableError:
-                results = [None] * len(chunk)
                 again = chunk
             else:
-                again = []
-                for (i, m), result in zip(chunk, results, strict=True):
-                    if result is None:
-                        m._state = ACKED
-                    else:
-                        again.append((i, m))
+                again = acked_in_batch(chunk, results)
             for i, m in again:
                 try:
                     settler.ack(m)
