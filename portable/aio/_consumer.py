@@ -150,7 +150,10 @@ class AsyncConsumerLoop:
         # concurrency 1: one task runs each received batch in turn, claiming each window of keys
         # in one store call and settling the window in one (the sync loop's batch worker, on a task)
         self.batched = options.concurrency == 1
-        self.shield = _settling_batched if self.batched else _settling
+        # a batched run claims, completes and acks per window; with telemetry on, each message's
+        # claim, completion and ack are made inside its process span, one by one
+        self.per_window = self.batched and self.telemetry is None
+        self.shield = _settling_batched if self.per_window else _settling
         self.ahead: dict[int, tuple[str, Claim | IdempotencyConflict]] = {}
         self.completes: list[tuple[Delivery, list[Any], bytes | None]] = []
         self.acks: list[Delivery] = []
@@ -280,7 +283,7 @@ class AsyncConsumerLoop:
     async def _batch(self, messages: list[Delivery]) -> None:
         """Run ``messages`` in turn, claiming each window's keys at once and settling it after;
         stops starting messages when the loop stops (the drain gives the rest back)."""
-        claims = self.claims if self.options.transactional is None else None
+        claims = self.claims if self.options.transactional is None and self.per_window else None
         fast = self.telemetry is None and self.options.transactional is None
         window: list[Delivery] = []
         left = 0 if claims is not None else -1
@@ -534,7 +537,7 @@ class AsyncConsumerLoop:
             raise
 
     async def _do_ack(self, message: Delivery) -> None:
-        if self.batched:
+        if self.per_window:
             self.acks.append(message)  # at the window's end (_flush), after its completions
         else:
             await self.settler.ack(message)
@@ -551,7 +554,7 @@ class AsyncConsumerLoop:
     async def _do_claim(self, message: Delivery, key: str) -> Claim:
         claims = self.claims
         assert claims is not None
-        if self.batched:
+        if self.per_window:
             ahead = self.ahead.pop(id(message), None)
             if ahead is not None:
                 if isinstance(ahead[1], Claim):
@@ -585,7 +588,7 @@ class AsyncConsumerLoop:
     # the call may run after this task moved on (cancelled), and must still find it
     async def _do_complete(self, message: Delivery, result: bytes | None) -> None:
         assert self.claims is not None
-        if self.batched:
+        if self.per_window:
             held = self.claims.forget_held(message)
             if held is not None:
                 self.completes.append((message, held, result))

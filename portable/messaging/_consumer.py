@@ -379,14 +379,18 @@ class ConsumerLoop:
         # concurrency 1: one worker thread receives, claims, handles and settles in batches, the
         # handler inline (no hop per message); more: the caller receives and a pool handles
         self.batched = options.concurrency == 1
+        # None unless tracing or metrics are on (see portable.telemetry._propagation)
+        self.telemetry = ConsumerTelemetry.of(sub.provider, sub._guard.target, redact(sub.url), sub.stats)
+        # a batched run claims, completes and acks per window; with telemetry on, each message's
+        # claim, completion and ack are made inside its process span, one by one (the batch
+        # receive and the one worker thread stay)
+        self.per_window = self.batched and self.telemetry is None
         self.pool = ThreadPoolExecutor(max_workers=options.concurrency, thread_name_prefix="portable-consumer")
         self.queue: deque[Message] = deque()  # the batch worker's received messages not yet started
         self.ahead: dict[int, tuple[str, Claim | IdempotencyConflict]] = {}  # (key, claim) taken ahead, by id(message)
         self.completes: list[tuple[Message, list[Any], bytes | None]] = []  # to write at the batch's end
         self.acks: list[Message] = []  # to ack at the batch's end, after the completions
         self.worker_error: BaseException | None = None
-        # None unless tracing or metrics are on (see portable.telemetry._propagation)
-        self.telemetry = ConsumerTelemetry.of(sub.provider, sub._guard.target, redact(sub.url), sub.stats)
 
     # -- bookkeeping ------------------------------------------------------
     def _count(self, field_name: str) -> None:
@@ -493,7 +497,7 @@ class ConsumerLoop:
         queue, stopped = self.queue, self.stop.is_set
         fast = self.telemetry is None and self.options.transactional is None
         # a transactional handler claims each key just before it runs (its commit completes it)
-        claims = self.claims if self.options.transactional is None else None
+        claims = self.claims if self.options.transactional is None and self.per_window else None
         window: list[Message] = []
         left = 0 if claims is not None else -1  # messages still to run of the window claimed ahead
         handled = 0
@@ -730,7 +734,7 @@ class ConsumerLoop:
             raise
 
     def _do_ack(self, message: Message) -> None:
-        if self.batched:
+        if self.per_window:
             self.acks.append(message)  # at the batch's end (_flush), after its completions
         else:
             message.ack()
@@ -746,7 +750,7 @@ class ConsumerLoop:
 
     def _do_claim(self, message: Message, key: str) -> Claim:
         assert self.claims is not None
-        if self.batched:
+        if self.per_window:
             ahead = self.ahead.pop(id(message), None)
             if ahead is not None:
                 if isinstance(ahead[1], Claim):
@@ -757,7 +761,7 @@ class ConsumerLoop:
 
     def _do_complete(self, message: Message, result: bytes | None) -> None:
         assert self.claims is not None
-        if self.batched:
+        if self.per_window:
             held = self.claims.forget_held(message)
             if held is not None:
                 self.completes.append((message, held, result))
