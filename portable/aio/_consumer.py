@@ -26,7 +26,7 @@ from ..driver.idempotency import Claim
 from ..driver.messaging import LEASED, MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..driver.threads import run_blocking
-from ..errors import IdempotencyConflict, InvalidArgument, PortableError, PreconditionFailed
+from ..errors import IdempotencyConflict, InvalidArgument, PortableError
 from ..messaging import RunStats
 from ..messaging._consumer import (
     CLAIM_WINDOW,
@@ -35,6 +35,7 @@ from ..messaging._consumer import (
     hold_settlement,
     keeper_interval,
     lease_not_kept,
+    report_failed_acks,
 )
 from ..messaging._handling import (
     ACK,
@@ -363,15 +364,7 @@ class AsyncConsumerLoop:
             await self._store(self.claims.complete_batch, completes)
         acks, self.acks = self.acks, []
         if acks:
-            for message, error in zip(acks, await self._ack_each(acks), strict=True):
-                if error is None:
-                    continue
-                self.stats.acked -= 1
-                if isinstance(error, PreconditionFailed):
-                    self._count("lost")
-                    log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
-                else:
-                    log.warning("ack of message %s failed: %s; it will be delivered again", message.id, error)
+            self.stats.acked -= report_failed_acks(acks, await self._ack_each(acks), self._count)
         self.ahead = {}
 
     async def _ack_each(self, messages: list[Delivery]) -> list[PortableError | None]:

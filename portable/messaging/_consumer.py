@@ -331,6 +331,22 @@ def hold_settlement(loop: Any, claims: RunClaims | None, message: Delivery, clai
         loop.stats.acked += 1
 
 
+def report_failed_acks(acks: Sequence[Delivery], errors: Sequence[BaseException | None], count: Callable[[str], None]) -> int:
+    """Log each message of a settled window whose ack failed (a lost lease also counted as
+    ``"lost"``): it will be delivered again. Returns how many failed (both faces' flush)."""
+    failed = 0
+    for message, error in zip(acks, errors, strict=True):
+        if error is None:
+            continue
+        failed += 1
+        if isinstance(error, PreconditionFailed):
+            count("lost")
+            log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
+        else:
+            log.warning("ack of message %s failed: %s; it will be delivered again", message.id, error)
+    return failed
+
+
 def acked_in_batch(
     chunk: list[tuple[int, Delivery]], results: list[BaseException | None]
 ) -> list[tuple[int, Delivery]]:
@@ -543,17 +559,10 @@ class ConsumerLoop:
         self._flush_completes()
         acks, self.acks = self.acks, []
         if acks:
-            errors = self.sub._ack_each(acks)
-            for message, error in zip(acks, errors, strict=True):
-                if error is None:
-                    continue
+            failed = report_failed_acks(acks, self.sub._ack_each(acks), self._count)
+            if failed:
                 with self.cond:
-                    self.stats.acked -= 1
-                if isinstance(error, PreconditionFailed):
-                    self._count("lost")
-                    log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
-                else:
-                    log.warning("ack of message %s failed: %s; it will be delivered again", message.id, error)
+                    self.stats.acked -= failed
         self.ahead = {}
         with self.cond:
             for message in done:
