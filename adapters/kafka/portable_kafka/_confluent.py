@@ -290,8 +290,10 @@ class ConfluentTopic(TopicDriver):
             return self._pool
         pool: list[int] = []
         try:
-            left = remaining(self._driver.settings.connect_timeout)
-            found = self.producer.list_topics(self.topic, timeout=max(0.1, left or 0.1)).topics.get(self.topic)
+            limit = self._driver.settings.connect_timeout
+            left = remaining(limit)  # the deadline's time left, where one is in force
+            timeout = max(0.1, min(limit, limit if left is None else left))
+            found = self.producer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
             if found is not None and found.error is None:
                 pool = sorted(p.id for p in found.partitions.values() if p.error is None and p.leader >= 0)
         except Exception as exc:  # produce reports the same trouble, record by record
