@@ -31,11 +31,8 @@ from ..messaging import RunStats
 from ..messaging._consumer import (
     CLAIM_WINDOW,
     RunClaims,
-    acked_in_batch,
-    hold_settlement,
     keeper_interval,
     lease_not_kept,
-    report_failed_acks,
 )
 from ..messaging._handling import (
     ACK,
@@ -49,6 +46,7 @@ from ..messaging._handling import (
     Script,
 )
 from ..messaging._validation import check_lease, check_seconds
+from ..messaging._window import acked_in_batch, hold_settlement, report_failed_acks
 from ..telemetry._propagation import ConsumerTelemetry
 from ._msg_message import AsyncMessage
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cloudevents import dedup_key_of
 from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
-from ..driver.messaging import ACKED, LEASED, MAX_RECEIVE, Delivery
+from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
 from ..idempotency._batch import claim_many, complete_many, unclaim
@@ -34,6 +34,7 @@ from ..idempotency._run_once import observed_claim
 from ..telemetry._propagation import ConsumerTelemetry
 from ._handling import Effect, Holding, MessageScript, RunOptions, drive
 from ._message import Message, MessageSettler
+from ._window import hold_settlement, report_failed_acks
 
 if TYPE_CHECKING:
     from ._subscription import Subscription
@@ -311,54 +312,6 @@ class RunClaims:
                 claim[2] = now + self.lease
             except Exception as exc:
                 log.warning("could not extend the idempotency claim %s: %s", key, exc)
-
-
-def hold_settlement(loop: Any, claims: RunClaims | None, message: Delivery, claimed: bool, result: object) -> None:
-    """After a handler returned in a batched loop (both faces): hold ``message``'s completion and ack
-    back until its window is settled (completions first, then acks), and count it acked.
-
-    ``loop`` has the window's ``completes`` and ``acks`` lists and the run's ``stats``.
-    """
-    if claimed:
-        assert claims is not None
-        held = claims.forget_held(message)
-        if held is not None:
-            loop.completes.append((message, held, result if type(result) is bytes else None))
-    if message._state is LEASED:
-        loop.acks.append(message)
-        loop.stats.acked += 1  # only the batch worker counts acks in a batched run
-    elif message._state is ACKED:
-        loop.stats.acked += 1
-
-
-def report_failed_acks(acks: Sequence[Delivery], errors: Sequence[BaseException | None], count: Callable[[str], None]) -> int:
-    """Log each message of a settled window whose ack failed (a lost lease also counted as
-    ``"lost"``): it will be delivered again. Returns how many failed (both faces' flush)."""
-    failed = 0
-    for message, error in zip(acks, errors, strict=True):
-        if error is None:
-            continue
-        failed += 1
-        if isinstance(error, PreconditionFailed):
-            count("lost")
-            log.warning("ack of message %s refused: its lease was lost, it will be delivered again", message.id)
-        else:
-            log.warning("ack of message %s failed: %s; it will be delivered again", message.id, error)
-    return failed
-
-
-def acked_in_batch(
-    chunk: list[tuple[int, Delivery]], results: list[BaseException | None]
-) -> list[tuple[int, Delivery]]:
-    """Mark the messages of ``chunk`` ((index, message) pairs) a native batch ack acked; return the
-    rest, to ack one by one (both faces' batched settlement)."""
-    again: list[tuple[int, Delivery]] = []
-    for (i, m), result in zip(chunk, results, strict=True):
-        if result is None:
-            m._state = ACKED
-        else:
-            again.append((i, m))
-    return again
 
 
 class ConsumerLoop:

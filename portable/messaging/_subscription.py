@@ -26,7 +26,6 @@ from ..resilience import ResiliencePolicy
 from ._consumer import (
     ConsumerLoop,
     RunStats,
-    acked_in_batch,
     default_idempotency_key,
     stop_on_signals,
 )
@@ -35,6 +34,7 @@ from ._message import Message, MessageSettler
 from ._open import MessagingClient, Resolved
 from ._topic import Topic, open_topic
 from ._validation import check_lease, check_seconds
+from ._window import acked_in_batch
 
 #: Seconds a received message stays leased unless ``lease`` says otherwise.
 DEFAULT_LEASE = 30.0
