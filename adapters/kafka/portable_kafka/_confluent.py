@@ -18,6 +18,7 @@ records are librdkafka's to drop and fetch again on resume.
 # mypy: disable-error-code="import-untyped"
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -251,7 +252,8 @@ class ConfluentTopic(TopicDriver):
                 except BufferError:
                     _produce(producer, topic, message, None, None, shared, partition)
                 except Exception as exc:  # e.g. a record over message.max.bytes, refused before sending
-                    waiting.remove(i)
+                    with contextlib.suppress(ValueError):  # a report's value search may have taken it
+                        waiting.remove(i)
                     out[i] = _refused(exc, topic)
                 continue
             if type(message) is bytes:
