@@ -31,11 +31,16 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import contextvars
+import queue
 import threading
+import weakref
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-__all__ = ["MAX_THREADS", "amap_blocking", "map_blocking"]
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["MAX_THREADS", "RELAY_THREADS", "amap_blocking", "map_blocking", "relay_blocking"]
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -145,3 +150,127 @@ async def amap_blocking(
                 await asyncio.shield(waiting)
         raise
     return batch.results  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- single calls from a loop
+#: the most worker threads that serve one event loop's single calls (:func:`relay_blocking`)
+RELAY_THREADS = 64
+#: seconds a relay worker waits for another call before it gives its pool thread back
+_RELAY_IDLE = 5.0
+
+
+class _Call:
+    """One relayed call: the function, its argument, the caller's context and the awaited future."""
+
+    __slots__ = ("arg", "ctx", "fn", "future")
+
+    def __init__(self, fn: Callable[[Any], Any], arg: Any, future: asyncio.Future[Any]) -> None:
+        self.fn, self.arg, self.future = fn, arg, future
+        self.ctx = contextvars.copy_context()
+
+
+def _settle(outcome: tuple[asyncio.Future[Any], bool, Any]) -> None:
+    """On the caller's loop: the awaited future takes the call's outcome (unless it was cancelled)."""
+    future, ok, value = outcome
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class _Relay:
+    """One event loop's single blocking calls, run by workers on the batch pool.
+
+    A call is queued (``queue.SimpleQueue``); an idle worker takes it, or a
+    new worker starts if fewer than :data:`RELAY_THREADS` serve the loop.
+    Outcomes go back through the loop's lane (:mod:`portable.driver.threads`):
+    one wake-up of the loop carries every outcome that finished since the
+    last one. A worker idle for :data:`_RELAY_IDLE` seconds returns its
+    thread to the pool.
+    """
+
+    __slots__ = ("__weakref__", "idle", "lane", "lock", "work", "workers")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        from .threads import lane_of
+
+        self.lane = lane_of(loop)
+        self.work: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.idle = 0
+        self.workers = 0
+
+    def submit(self, call: _Call) -> None:
+        self.work.put(call)
+        with self.lock:
+            if self.idle or self.workers >= RELAY_THREADS:
+                return
+            self.workers += 1
+        try:
+            _the_pool().submit(self.serve)
+        except BaseException:
+            with self.lock:
+                self.workers -= 1
+            raise
+
+    def serve(self) -> None:
+        """A worker: take calls until none comes for a while."""
+        work, lock, push = self.work, self.lock, self.lane.push
+        while True:
+            with lock:
+                self.idle += 1
+            try:
+                call = work.get(timeout=_RELAY_IDLE)
+            except queue.Empty:
+                with lock:
+                    self.idle -= 1
+                    if work.empty():  # a call queued before this lock was taken is seen here
+                        self.workers -= 1
+                        return
+                continue
+            with lock:
+                self.idle -= 1
+            future = call.future
+            if future.done():  # cancelled before it started: it never starts
+                continue
+            try:
+                outcome: tuple[asyncio.Future[Any], bool, Any] = (future, True, call.ctx.run(call.fn, call.arg))
+            except Exception as exc:  # the call's failure is its outcome
+                outcome = (future, False, exc)
+            try:
+                push(_settle, outcome)
+            except RuntimeError:  # the caller's loop is closed: nobody waits for this outcome
+                pass
+
+
+_relays: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Relay] = weakref.WeakKeyDictionary()
+
+
+def relay_blocking(fn: Callable[[A], R], arg: A) -> asyncio.Future[R]:
+    """A future for ``fn(arg)``, a blocking call that releases the GIL, run by a batch worker.
+
+    The cheap way to await one small blocking request from an event loop
+    (obstore's blocking calls): no task, no executor future and no
+    ``call_soon_threadsafe`` per call; the outcomes of calls that finish
+    together reach the loop in one wake-up. The call sees a copy of the
+    caller's context variables. Call it from a running loop; await the future.
+
+    Cancelling the awaiting task cancels the future: a call not yet started
+    never starts; one already running runs to its end (a thread cannot be
+    interrupted) and its outcome is dropped, as for
+    :func:`portable.driver.threads.run_blocking`. Use it only for requests
+    a dropped outcome cannot harm (a whole-object get or put), without a
+    deadline (which must be able to cut a request short).
+    """
+    import asyncio  # here: importing portable.storage must not load asyncio
+
+    loop = asyncio.get_running_loop()
+    relay = _relays.get(loop)
+    if relay is None:
+        with _lock:
+            relay = _relays.setdefault(loop, _Relay(loop))
+    future: asyncio.Future[R] = loop.create_future()
+    relay.submit(_Call(fn, arg, future))
+    return future

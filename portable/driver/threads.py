@@ -95,18 +95,31 @@ class _Lane:
     as before.
     """
 
-    __slots__ = ("armed", "arming", "items", "lock", "loop")
+    __slots__ = ("__weakref__", "_loop", "armed", "arming", "items", "lock")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        self._loop = weakref.ref(loop)  # weak: the lanes' WeakKeyDictionary must not keep its keys alive
         self.lock = threading.Lock()
         self.items: list[tuple[Callable[[Any], object], Any]] = []
         self.armed = False
         self.arming: set[asyncio.AbstractEventLoop] = set()
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The lane's loop. Raises RuntimeError once it is gone (closed and collected)."""
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("Event loop is closed")
+        return loop
+
+    def closed(self) -> bool:
+        """Whether the lane's loop is closed (or gone)."""
+        loop = self._loop()
+        return loop is None or loop.is_closed()
+
     def push(self, callback: Callable[[Any], object], arg: Any) -> None:
         """Run ``callback(arg)`` on the lane's loop soon. Raises RuntimeError if that loop is closed."""
-        if self.loop.is_closed():  # a wake-up still pending on a closed loop would never come
+        if self.closed():  # a wake-up still pending on a closed loop would never come
             raise RuntimeError("Event loop is closed")
         with self.lock:
             self.items.append((callback, arg))
@@ -159,7 +172,8 @@ class _Lane:
 _lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lane] = weakref.WeakKeyDictionary()
 
 
-def _lane(loop: asyncio.AbstractEventLoop) -> _Lane:
+def lane_of(loop: asyncio.AbstractEventLoop) -> _Lane:
+    """The lane of ``loop``: callbacks pushed to it from other threads, many per wake-up."""
     try:
         return _lanes[loop]
     except KeyError:
@@ -203,7 +217,7 @@ class _Hop(Generic[R]):
     def _deliver(self, here: asyncio.AbstractEventLoop, outcome: asyncio.Task[R] | _Failed) -> None:
         """On the driver's loop ``here``: send ``outcome`` to the caller's loop with the others of this iteration."""
         back = self.back
-        if back.loop.is_closed():
+        if back.closed():
             return  # the caller's loop is gone: nobody waits for this outcome
         back.push_from(here, _settle, (self.future, outcome))
 
@@ -269,7 +283,7 @@ async def run_on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Corouti
     try:
         back, there = _lanes[here], _lanes[loop]
     except KeyError:
-        back, there = _lane(here), _lane(loop)
+        back, there = lane_of(here), lane_of(loop)
     hop = _Hop(fn, args, future, back)
     there.push(hop.start, loop)
     try:

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from portable.driver.fanout import amap_blocking, map_blocking
+from portable.driver import fanout
+from portable.driver.fanout import amap_blocking, map_blocking, relay_blocking
 
 WHO = contextvars.ContextVar("WHO", default="nobody")
 
@@ -152,3 +153,131 @@ def test_a_keyboard_interrupt_in_the_callers_thread_stops_the_batch() -> None:
     assert done < 100
     time.sleep(0.05)
     assert len(calls) == done  # the helpers stopped with the caller
+
+
+# ---------------------------------------------------------------- relay_blocking: single calls
+def relay_threads() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.name.startswith("portable-batch") and t.ident}
+
+
+def test_relayed_calls_give_each_caller_its_outcome_and_keep_the_loop_free() -> None:
+    rec = Recorder(pause=0.005)
+    items = list(range(150))
+
+    async def main() -> tuple[list[int | Exception], int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        async def one(item: int) -> int | Exception:
+            try:
+                return await relay_blocking(rec, item)
+            except ValueError as exc:
+                return exc
+
+        task = asyncio.create_task(ticker())
+        out = await asyncio.gather(*(one(i) for i in items))
+        task.cancel()
+        return list(out), ticks
+
+    out, ticks = asyncio.run(main())
+    check_outcomes(items, out)
+    assert rec.most <= fanout.RELAY_THREADS
+    assert rec.most > 1  # calls ran side by side
+    assert threading.main_thread().ident not in rec.threads
+    assert ticks >= 5  # the loop ran while the workers blocked
+
+
+def test_relayed_calls_see_the_callers_context_and_reuse_their_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fanout, "RELAY_THREADS", 3)
+    rec = Recorder(pause=0.002)
+
+    def look(_: int) -> str:
+        rec(0)
+        return WHO.get()
+
+    async def main() -> list[str]:
+        async def one(i: int) -> str:
+            WHO.set(f"task {i}")
+            return await relay_blocking(look, i)
+
+        return list(await asyncio.gather(*(one(i) for i in range(60))))
+
+    assert asyncio.run(main()) == [f"task {i}" for i in range(60)]
+    assert rec.most <= 3 and len(rec.threads) <= 3  # 60 calls, at most 3 threads served them
+
+
+def test_a_relayed_call_cancelled_before_it_starts_never_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fanout, "RELAY_THREADS", 1)
+    release = threading.Event()
+    started: list[str] = []
+
+    def blocker(name: str) -> str:
+        started.append(name)
+        release.wait(5)
+        return name
+
+    async def main() -> str:
+        first = asyncio.ensure_future(relay_blocking(blocker, "first"))
+        second = asyncio.ensure_future(relay_blocking(blocker, "second"))
+        await asyncio.sleep(0.05)  # "first" holds the only worker; "second" waits in the queue
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        release.set()
+        return await first
+
+    assert asyncio.run(main()) == "first"
+    time.sleep(0.05)
+    assert started == ["first"]
+
+
+def test_an_outcome_for_a_closed_loop_is_dropped_and_the_worker_serves_on() -> None:
+    release = threading.Event()
+
+    def slow(x: int) -> int:
+        release.wait(5)
+        return x
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(asyncio.sleep(0))
+    abandoned = loop.run_until_complete(_start(slow, 1))
+    loop.close()  # the call is still running; its outcome has nowhere to go
+    release.set()
+    time.sleep(0.05)
+    assert not abandoned.done()
+
+    async def again() -> int:
+        return await relay_blocking(lambda x: x * 2, 21)
+
+    assert asyncio.run(again()) == 42
+
+
+async def _start(fn: object, arg: int) -> asyncio.Future[int]:
+    future = relay_blocking(fn, arg)  # type: ignore[arg-type]
+    await asyncio.sleep(0.02)  # it has started on a worker
+    return future
+
+
+def test_idle_relay_workers_give_their_threads_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fanout, "_RELAY_IDLE", 0.05)
+    seen: set[int] = set()
+
+    def who(_: int) -> None:
+        time.sleep(0.01)
+        seen.add(threading.get_ident())
+
+    async def main() -> fanout._Relay:
+        await asyncio.gather(*(relay_blocking(who, i) for i in range(8)))
+        return fanout._relays[asyncio.get_running_loop()]
+
+    relay = asyncio.run(main())
+    busy_relays = [relay]
+    deadline = time.monotonic() + 3
+    while any(r.workers for r in busy_relays) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert seen and not any(r.workers for r in busy_relays)  # every worker returned its pool thread

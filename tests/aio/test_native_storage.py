@@ -623,3 +623,60 @@ def test_an_error_and_a_cancel_on_s3fs_loop_reach_the_caller_as_on_the_sync_face
         assert await adrv.get("c.txt") == b"1"
 
     run(main())
+
+
+# ---------------------------------------------------------------- obstore: which path a single call takes
+def test_obstore_small_single_calls_run_on_batch_workers_and_a_deadline_keeps_them_on_the_loop(
+    aws: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small whole-object gets and puts without a deadline are obstore's blocking calls on the batch
+    workers (portable.driver.fanout.relay_blocking: less client CPU than its coroutines); a body over
+    64 KiB, or a deadline (which must be able to cut the request short), keeps obstore's coroutine
+    on the loop. The bytes are checked with boto3 both ways."""
+    import boto3  # type: ignore[import-untyped,unused-ignore]
+    import portable_obstore._aio as native
+
+    from portable.resilience import deadline
+
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    engine = _s3_engine(aws, prefix, "obstore")
+    relayed: list[object] = []
+    real = native.relay_blocking
+
+    def counting(fn: Any, arg: Any) -> Any:
+        relayed.append(arg)
+        return real(fn, arg)
+
+    monkeypatch.setattr(native, "relay_blocking", counting)
+    big = bytes(range(256)) * 400  # 100 KiB
+    bucket = open_bucket(engine.url)
+    threads.shutdown_pool()
+    adrv = bucket.driver.async_driver()
+
+    async def main() -> None:
+        await adrv.put("small", b"s" * 1024, PLAIN)
+        assert await adrv.get("small") == b"s" * 1024
+        assert len(relayed) == 2
+        await adrv.put("big", big, PLAIN)  # over 64 KiB: the coroutine
+        assert len(relayed) == 2
+        assert await adrv.get("big") == big  # relayed (the reads were small), and now they are not
+        assert len(relayed) == 3 and adrv.sync.small_reads is False
+        assert await adrv.get("small") == b"s" * 1024  # the coroutine; a small body turns the relay back on
+        assert len(relayed) == 3 and adrv.sync.small_reads is True
+        with deadline(30):
+            await adrv.put("timed", b"t" * 10, PLAIN)
+            assert await adrv.get("timed") == b"t" * 10
+        assert len(relayed) == 3
+        with pytest.raises(FileNotFoundError):  # obstore's own error, classified by the sync driver
+            await adrv.get("missing")
+        engine.native_put("theirs", b"from boto3")
+        assert await adrv.get("theirs") == b"from boto3"
+
+    try:
+        run(main())
+        no_pool_thread()  # the batch workers are not the thread-adapted pool
+        client = boto3.client("s3", endpoint_url=aws["endpoint_url"], region_name=aws["region"])
+        assert client.get_object(Bucket=aws["bucket"], Key=f"{prefix}/small")["Body"].read() == b"s" * 1024
+        assert client.get_object(Bucket=aws["bucket"], Key=f"{prefix}/big")["Body"].read() == big
+    finally:
+        bucket.close()
