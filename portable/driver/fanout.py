@@ -155,7 +155,7 @@ async def amap_blocking(
 # ---------------------------------------------------------------- single calls from a loop
 #: the most worker threads that serve one event loop's single calls (:func:`relay_blocking`)
 RELAY_THREADS = 64
-#: seconds a relay worker waits for another call before it gives its pool thread back
+#: seconds a relay worker waits for another call before its thread ends
 _RELAY_IDLE = 5.0
 
 
@@ -181,14 +181,13 @@ def _settle(outcome: tuple[asyncio.Future[Any], bool, Any]) -> None:
 
 
 class _Relay:
-    """One event loop's single blocking calls, run by workers on the batch pool.
+    """One event loop's single blocking calls, run by worker threads of their own (daemon threads).
 
     A call is queued (``queue.SimpleQueue``); an idle worker takes it, or a
     new worker starts if fewer than :data:`RELAY_THREADS` serve the loop.
     Outcomes go back through the loop's lane (:mod:`portable.driver.threads`):
     one wake-up of the loop carries every outcome that finished since the
-    last one. A worker idle for :data:`_RELAY_IDLE` seconds returns its
-    thread to the pool.
+    last one. A worker idle for :data:`_RELAY_IDLE` seconds ends.
     """
 
     __slots__ = ("__weakref__", "idle", "lane", "lock", "work", "workers")
@@ -209,7 +208,9 @@ class _Relay:
                 return
             self.workers += 1
         try:
-            _the_pool().submit(self.serve)
+            # a daemon thread of its own, not the batch pool's: an idle worker waiting for its next
+            # call must not hold up the interpreter's exit (which joins the pool's threads)
+            threading.Thread(target=self.serve, name="portable-relay", daemon=True).start()
         except BaseException:
             with self.lock:
                 self.workers -= 1
@@ -217,6 +218,14 @@ class _Relay:
 
     def serve(self) -> None:
         """A worker: take calls until none comes for a while."""
+        try:
+            self._serve()
+        except BaseException:  # not a call's failure (each is its outcome): the slot is given back
+            with self.lock:
+                self.workers -= 1
+            raise
+
+    def _serve(self) -> None:
         work, lock, push = self.work, self.lock, self.lane.push
         while True:
             with lock:
@@ -237,7 +246,7 @@ class _Relay:
                 continue
             try:
                 outcome: tuple[asyncio.Future[Any], bool, Any] = (future, True, call.ctx.run(call.fn, call.arg))
-            except Exception as exc:  # the call's failure is its outcome
+            except BaseException as exc:  # the call's failure is its outcome (the caller raises it)
                 outcome = (future, False, exc)
             try:
                 push(_settle, outcome)
@@ -249,7 +258,7 @@ _relays: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Relay] = weakref.
 
 
 def relay_blocking(fn: Callable[[A], R], arg: A) -> asyncio.Future[R]:
-    """A future for ``fn(arg)``, a blocking call that releases the GIL, run by a batch worker.
+    """A future for ``fn(arg)``, a blocking call that releases the GIL, run by a relay worker thread.
 
     The cheap way to await one small blocking request from an event loop
     (obstore's blocking calls): no task, no executor future and no

@@ -156,10 +156,6 @@ def test_a_keyboard_interrupt_in_the_callers_thread_stops_the_batch() -> None:
 
 
 # ---------------------------------------------------------------- relay_blocking: single calls
-def relay_threads() -> set[int]:
-    return {t.ident for t in threading.enumerate() if t.name.startswith("portable-batch") and t.ident}
-
-
 def test_relayed_calls_give_each_caller_its_outcome_and_keep_the_loop_free() -> None:
     rec = Recorder(pause=0.005)
     items = list(range(150))
@@ -280,4 +276,27 @@ def test_idle_relay_workers_give_their_threads_back(monkeypatch: pytest.MonkeyPa
     deadline = time.monotonic() + 3
     while any(r.workers for r in busy_relays) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert seen and not any(r.workers for r in busy_relays)  # every worker returned its pool thread
+    assert seen and not any(r.workers for r in busy_relays)  # every idle worker ended
+    time.sleep(0.05)
+    alive = {t.ident for t in threading.enumerate()}
+    assert not seen & alive  # their threads have ended
+
+
+def test_an_idle_relay_worker_does_not_hold_up_the_interpreters_exit() -> None:
+    """A worker waits 5 s for its next call; the process still exits at once (daemon threads)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, time\n"
+        "from portable.driver.fanout import relay_blocking\n"
+        "async def main():\n"
+        "    return await relay_blocking(lambda x: x + 1, 41)\n"
+        "assert asyncio.run(main()) == 42\n"
+        "print(time.monotonic())\n"
+    )
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+    printed = float(out.stdout.strip())
+    assert time.monotonic() - printed < 2.5, "the exit waited for an idle relay worker"
+    assert time.monotonic() - started < 20

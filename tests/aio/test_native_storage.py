@@ -674,7 +674,7 @@ def test_obstore_small_single_calls_run_on_batch_workers_and_a_deadline_keeps_th
 
     try:
         run(main())
-        no_pool_thread()  # the batch workers are not the thread-adapted pool
+        no_pool_thread()  # the relay workers are not the thread-adapted pool
         client = boto3.client("s3", endpoint_url=aws["endpoint_url"], region_name=aws["region"])
         assert client.get_object(Bucket=aws["bucket"], Key=f"{prefix}/small")["Body"].read() == b"s" * 1024
         assert client.get_object(Bucket=aws["bucket"], Key=f"{prefix}/big")["Body"].read() == big

@@ -16,7 +16,7 @@ bounds it).
 Single calls: a whole-object ``get`` or ``put`` of a small body (at most
 ``BLOCKING_READ_LIMIT``, 64 KiB: a put's body, or a get while the driver's
 recent reads were small) with no deadline in force is obstore's *blocking*
-call on a batch worker thread (:func:`portable.driver.fanout.relay_blocking`):
+call on a relay worker thread (:func:`portable.driver.fanout.relay_blocking`):
 no task or obstore future per call, and the outcomes that finish together
 reach the loop in one wake-up. On the bench S3 server that cost 3-10% less
 client CPU than ``obstore.put_async`` (bench/aio_bench.py). A task cancelled
