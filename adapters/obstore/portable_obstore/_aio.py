@@ -18,8 +18,8 @@ Single calls: a whole-object ``get`` or ``put`` of a small body (at most
 recent reads were small) with no deadline in force is obstore's *blocking*
 call on a relay worker thread (:func:`portable.driver.fanout.relay_blocking`):
 no task or obstore future per call, and the outcomes that finish together
-reach the loop in one wake-up. On the bench S3 server that cost 3-10% less
-client CPU than ``obstore.put_async`` (bench/aio_bench.py). A task cancelled
+reach the loop in one wake-up. On the bench S3 server that cost a few percent
+less client CPU than ``obstore.put_async`` (docs/async.md). A task cancelled
 then drops the outcome, but a request already running runs to its end (a whole
 object or nothing, as for every put). Larger bodies, and every call under a
 deadline (which must be able to cut a request short), await obstore's
