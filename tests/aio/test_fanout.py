@@ -48,6 +48,13 @@ class Recorder:
                 self.ended.append(item)
 
 
+async def tick(count: list[int]) -> None:
+    """Count the loop's turns (every millisecond) until cancelled: the loop was free while they ran."""
+    while True:
+        await asyncio.sleep(0.001)
+        count[0] += 1
+
+
 def check_outcomes(items: list[int], out: list[int | Exception]) -> None:
     assert len(out) == len(items)
     for item, outcome in zip(items, out, strict=True):
@@ -94,18 +101,11 @@ def test_amap_blocking_does_not_block_the_loop_and_keeps_the_bound() -> None:
     items = list(range(120))
 
     async def main() -> tuple[list[int | Exception], int]:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.001)
-                ticks += 1
-
-        task = asyncio.create_task(ticker())
+        ticks = [0]
+        task = asyncio.create_task(tick(ticks))
         out = await amap_blocking(rec, items, 6)
         task.cancel()
-        return out, ticks
+        return out, ticks[0]
 
     out, ticks = asyncio.run(main())
     check_outcomes(items, out)
@@ -161,24 +161,17 @@ def test_relayed_calls_give_each_caller_its_outcome_and_keep_the_loop_free() -> 
     items = list(range(150))
 
     async def main() -> tuple[list[int | Exception], int]:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.001)
-                ticks += 1
-
         async def one(item: int) -> int | Exception:
             try:
                 return await relay_blocking(rec, item)
             except ValueError as exc:
                 return exc
 
-        task = asyncio.create_task(ticker())
+        ticks = [0]
+        task = asyncio.create_task(tick(ticks))
         out = await asyncio.gather(*(one(i) for i in items))
         task.cancel()
-        return list(out), ticks
+        return list(out), ticks[0]
 
     out, ticks = asyncio.run(main())
     check_outcomes(items, out)
