@@ -658,7 +658,9 @@ def test_obstore_small_single_calls_run_on_batch_workers_and_a_deadline_keeps_th
         assert await adrv.get("small") == b"s" * 1024
         assert len(relayed) == 2
         await adrv.put("big", big, PLAIN)  # over 64 KiB: the coroutine
+        await adrv.put("typed", b"{}", WriteOptions(content_type="application/json"))  # not plain: the coroutine
         assert len(relayed) == 2
+        assert (await adrv.head("typed")).content_type == "application/json"
         assert await adrv.get("big") == big  # relayed (the reads were small), and now they are not
         assert len(relayed) == 3 and adrv.sync.small_reads is False
         assert await adrv.get("small") == b"s" * 1024  # the coroutine; a small body turns the relay back on

@@ -13,7 +13,8 @@ loop, so 10,000 concurrent ``get`` calls hold 64 connections and their
 buffers, not 10,000 (memory stays bounded, as the thread-adapted face's pool
 bounds it).
 
-Single calls: a whole-object ``get`` or ``put`` of a small body (at most
+Single calls: a whole-object ``get`` or plain ``put`` (no header, metadata or
+condition) of a small body (at most
 ``BLOCKING_READ_LIMIT``, 64 KiB: a put's body, or a get while the driver's
 recent reads were small) with no deadline in force is obstore's *blocking*
 call on a relay worker thread (:func:`portable.driver.fanout.relay_blocking`):
@@ -267,7 +268,9 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
                 # without the ones that are obstore's defaults (None): fewer arguments for it to read
                 arguments = {name: value for name, value in arguments.items() if value is not None}
                 self._plain, self._plain_arguments = options, arguments
-        if len(data) <= BLOCKING_READ_LIMIT and remaining() is None:  # the cheap path (see "Single calls" above)
+        if options is self._plain and len(data) <= BLOCKING_READ_LIMIT and remaining() is None:
+            # the cheap path (see "Single calls" above); a conditional put keeps the coroutine, which a
+            # per-attempt timeout cuts short (a relayed one would still land and meet its own retry)
             return self._etag_of(await relay_blocking(self._blocking_put, (key, data, arguments)))
         last_loop, gate = self._last_gate
         if last_loop() is not asyncio.get_running_loop():
