@@ -183,14 +183,16 @@ def _settle(outcome: tuple[asyncio.Future[Any], bool, Any]) -> None:
 class _Relay:
     """One event loop's single blocking calls, run by worker threads of their own (daemon threads).
 
-    A call is queued (``queue.SimpleQueue``); an idle worker takes it, or a
-    new worker starts if fewer than :data:`RELAY_THREADS` serve the loop.
+    A call is queued (``queue.SimpleQueue``); a new worker starts whenever
+    more calls wait than workers are idle to take them, up to
+    :data:`RELAY_THREADS` for the loop, so a burst of calls runs at once
+    even when a few workers were idle when it came.
     Outcomes go back through the loop's lane (:mod:`portable.driver.threads`):
     one wake-up of the loop carries every outcome that finished since the
     last one. A worker idle for :data:`_RELAY_IDLE` seconds ends.
     """
 
-    __slots__ = ("__weakref__", "idle", "lane", "lock", "work", "workers")
+    __slots__ = ("__weakref__", "idle", "lane", "lock", "waiting", "work", "workers")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         from .threads import lane_of
@@ -198,14 +200,16 @@ class _Relay:
         self.lane = lane_of(loop)
         self.work: queue.SimpleQueue[_Call] = queue.SimpleQueue()
         self.lock = threading.Lock()
-        self.idle = 0
+        self.idle = 0  # workers waiting for a call
+        self.waiting = 0  # calls queued that no worker has taken yet
         self.workers = 0
 
     def submit(self, call: _Call) -> None:
         self.work.put(call)
         with self.lock:
-            if self.idle or self.workers >= RELAY_THREADS:
-                return
+            self.waiting += 1
+            if self.waiting <= self.idle or self.workers >= RELAY_THREADS:
+                return  # an idle worker takes it (or every worker the loop may have is busy)
             self.workers += 1
         try:
             # a daemon thread of its own, not the batch pool's: an idle worker waiting for its next
@@ -235,12 +239,13 @@ class _Relay:
             except queue.Empty:
                 with lock:
                     self.idle -= 1
-                    if work.empty():  # a call queued before this lock was taken is seen here
+                    if not self.waiting:  # a call submitted before this lock was taken is counted here
                         self.workers -= 1
                         return
                 continue
-            with lock:
+            with lock:  # both at once: a submit in between sees the same surplus of calls over idle workers
                 self.idle -= 1
+                self.waiting -= 1
             future = call.future
             if future.done():  # cancelled before it started: it never starts
                 continue

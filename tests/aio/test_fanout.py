@@ -200,6 +200,29 @@ def test_relayed_calls_see_the_callers_context_and_reuse_their_threads(monkeypat
     assert rec.most <= 3 and len(rec.threads) <= 3  # 60 calls, at most 3 threads served them
 
 
+def test_a_burst_runs_at_once_even_when_a_few_workers_were_idle() -> None:
+    """Eight calls that each wait for all eight: they end only if eight workers run them together.
+
+    Two workers are idle when the burst comes; a relay that started workers only while none was
+    idle would serve the burst with those two, and the barrier would break.
+    """
+    barrier = threading.Barrier(8, timeout=5)
+
+    def meet(i: int) -> int:
+        barrier.wait()
+        return i
+
+    async def main() -> tuple[int, list[int]]:
+        await asyncio.gather(relay_blocking(time.sleep, 0.05), relay_blocking(time.sleep, 0.05))
+        relay = fanout._relays[asyncio.get_running_loop()]
+        before = relay.workers
+        return before, list(await asyncio.gather(*(relay_blocking(meet, i) for i in range(8))))
+
+    before, got = asyncio.run(main())
+    assert before == 2
+    assert got == list(range(8))
+
+
 def test_a_relayed_call_cancelled_before_it_starts_never_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fanout, "RELAY_THREADS", 1)
     release = threading.Event()
