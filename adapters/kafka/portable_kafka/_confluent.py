@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections import deque, namedtuple
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from portable.driver.messaging import OutgoingMessage, TopicDriver, plain_items
@@ -36,7 +36,7 @@ from portable.resilience import remaining
 from ._confluent_config import confluent_consumer_config
 from ._publish import _BATCH_BYTES_PER_RECORD
 from ._rebalance import Rebalancing
-from ._receive import _NO_ATTRIBUTES, _Delivery
+from ._receive import _NO_ATTRIBUTES, _Delivery, plain_attributes
 from ._records import record_id, to_headers
 
 if TYPE_CHECKING:
@@ -422,15 +422,21 @@ class ConfluentSubscription(Rebalancing):
                 key = msg.key()
                 headers = msg.headers()
                 published = msg.timestamp()[1]
+                attributes: Mapping[str, str] = _NO_ATTRIBUTES
                 if headers:
-                    self._track_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
-                    continue
+                    plain = plain_attributes(headers)
+                    if plain is None:  # a retry copy (this driver's headers), or a null value
+                        self._track_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
+                        continue
+                    attributes, headers = plain, tuple(headers)
+                else:
+                    headers = ()
                 if published != last_ms:
                     last_ms = published
                     last_time = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
                 text_key = None if key is None else key.decode("utf-8", "replace")
-                ready(_Delivery(prefix + str(offset), msg.value(), _NO_ATTRIBUTES, text_key, last_time, 1, handle(),
-                                tp, offset, key, 0.0, ()))  # fmt: skip
+                ready(_Delivery(prefix + str(offset), msg.value(), attributes, text_key, last_time, 1, handle(),
+                                tp, offset, key, 0.0, headers))  # fmt: skip
             if fetched:
                 progress.add_fetched(fetched)
             self._last_publish_ms, self._last_publish_time = last_ms, last_time

@@ -263,3 +263,37 @@ def test_a_record_with_headers_keeps_them_all_and_a_null_header_value_reads_as_e
     assert (m.tombstone, m.body, m.key, m.key_bytes) == (True, b"", None, None)
     again = leases._next_attempt(m)
     assert (again.headers, again.tombstone, again.delivery_attempt, again.id) == (m.headers, True, 4, m.id)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("portable.idempotency_key", b"k-1")],
+        [("a", b"1"), ("b", b"\xff"), ("a", b"2")],
+        [("c", b"text"), ("c", b"\xfe")],  # a value that is not text drops the earlier text one
+        [("d", b"\xfe"), ("d", b"text"), ("e", b"")],
+        [("f", b"x"), ("portable.kafka.attempt", b"2")],  # a retry copy: the full path
+        [("g", None), ("h", b"y")],  # a null value: the full path
+    ],
+)
+def test_inline_headers_read_as_the_full_path_does(headers: list[tuple[str, bytes | None]]) -> None:
+    """Both engines track a record whose headers are all the application's inline
+    (plain_attributes); what it builds must be what _delivery_with_headers builds for that record."""
+    import collections
+
+    from kafka import TopicPartition
+    from portable_kafka._receive import LocalLeases, plain_attributes
+
+    record = collections.namedtuple("record", "offset timestamp key value headers")
+
+    class Leases(LocalLeases):
+        ack = nack = receive = None  # type: ignore[assignment]
+
+    full = Leases()._delivery_with_headers(TopicPartition("t", 0), record(7, 1000, b"k", b"v", headers))
+    inline = plain_attributes(headers)
+    if any(value is None or name.startswith("portable.kafka.") for name, value in headers):
+        assert inline is None, "a retry copy or a null value goes the full path"
+        return
+    assert inline == dict(full.attributes)
+    assert tuple(headers) == full.headers
+    assert (full.id, full.delivery_attempt) == ("t/0/7", 1)
