@@ -81,9 +81,22 @@ class _Queue:
 
     @property
     def dead(self) -> _Queue:
-        if self._dead is None:
-            self._dead = _Queue(self.name + "#dead_letter")
-        return self._dead
+        """This queue's dead-letter queue, made on first use: one object whichever thread asks first.
+
+        The consumer loop dead-letters on its own thread while another may be
+        opening ``mem://NAME?dead_letter=true``; unlocked, both could make a
+        dead-letter queue and the reader would wait on one nobody writes to.
+        """
+        dead = self._dead
+        if dead is None:
+            with _DEAD_LOCK:
+                dead = self._dead
+                if dead is None:
+                    dead = self._dead = _Queue(self.name + "#dead_letter")
+        return dead
+
+
+_DEAD_LOCK = threading.Lock()  # makes each queue's dead-letter queue once
 
 
 def embedded_queue_capabilities(

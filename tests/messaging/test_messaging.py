@@ -497,3 +497,48 @@ def test_cloudevent_fields_are_validated(kwargs: dict[str, object]) -> None:
     base: dict[str, object] = {"id": "1", "source": "/s", "type": "t"}
     with pytest.raises(InvalidArgument):
         CloudEvent(**{**base, **kwargs})  # type: ignore[arg-type]
+
+
+def _dead_letter_while_readers_open(name: str) -> bool:
+    """One round: two threads open ``name``'s dead-letter queue while a third dead-letters into it;
+    whether every reader sees the dead letter."""
+    from portable.driver.messaging import OutgoingMessage
+    from portable.embedded.memqueue import MemoryMessaging
+
+    base = MemoryMessaging(name)
+    base.publish(OutgoingMessage(b"poison"))
+    [received] = base.receive(1, 0, 30)
+    readers: list[MemoryMessaging] = []
+    barrier = threading.Barrier(3)
+
+    def open_reader() -> None:
+        barrier.wait()
+        readers.append(MemoryMessaging(name, dead_letter=True))
+
+    def dead_letter() -> None:
+        barrier.wait()
+        base.dead_letter(received, "poison")
+
+    threads = [threading.Thread(target=f) for f in (open_reader, open_reader, dead_letter)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return all(reader.stats().available == 1 for reader in readers)
+
+
+def test_a_dead_letter_is_read_by_a_reader_opened_while_it_was_written() -> None:
+    """mem:// makes a queue's dead-letter queue on first use; a consumer dead-lettering on its own
+    thread while another thread opens ``?dead_letter=true`` must reach the same queue (unlocked,
+    both made one: 72 of 2,000 rounds of four threads split, and the reader never saw the
+    message, which is how test_consumer_crash_safety's dead-letter tests failed under load)."""
+    import sys
+
+    rounds = 600
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        lost = [i for i in range(rounds) if not _dead_letter_while_readers_open(f"dl-race-{os.getpid()}-{i}")]
+    finally:
+        sys.setswitchinterval(old)
+    assert lost == [], f"{len(lost)} of {rounds} dead letters went to a queue no reader had"
