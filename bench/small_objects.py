@@ -92,7 +92,7 @@ def summary(samples: dict[str, list[tuple[float, float]]], base: str) -> list[di
 
 def profile(client: cc.Client, op: str, items: dict[str, bytes], repeat: int) -> str:
     """cProfile of ``repeat`` batches of portable, on the calling thread and on obstore's loop thread."""
-    from portable_obstore._common import _loop
+    from portable_obstore._loop import _loop
 
     loop = _loop()
     on_loop = cProfile.Profile()

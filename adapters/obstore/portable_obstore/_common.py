@@ -21,14 +21,11 @@ type (``GenericError``) is classified by the HTTP status in its message.
 from __future__ import annotations
 
 import asyncio
-import atexit
-import concurrent.futures
 import datetime as dt
 import io
 import re
 import tempfile
-import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import obstore
@@ -48,6 +45,7 @@ from portable.errors import ErrorCode, PortableError, Unsupported
 from portable.resilience import attempt_timeout, remaining
 
 from ._listing import ListingMixin
+from ._loop import run_on_loop
 
 if TYPE_CHECKING:
     from portable.driver.aio_storage import AsyncStorageDriver
@@ -213,94 +211,6 @@ def small_bodies(results: Iterable[object]) -> bool:
 def small_mean(count: int, total: int) -> bool:
     """Whether ``count`` bodies of ``total`` bytes average at most :data:`BLOCKING_READ_LIMIT` (none: True)."""
     return total <= BLOCKING_READ_LIMIT * count or count == 0
-
-
-# ---------------------------------------------------------------- the private event loop
-_LOOP: asyncio.AbstractEventLoop | None = None
-_LOOP_LOCK = threading.Lock()
-
-
-def _loop() -> asyncio.AbstractEventLoop:
-    global _LOOP
-    loop = _LOOP
-    if loop is not None:
-        return loop
-    with _LOOP_LOCK:
-        if _LOOP is None:
-            new = asyncio.new_event_loop()
-            ready = threading.Event()
-
-            def run() -> None:
-                asyncio.set_event_loop(new)
-                new.call_soon(ready.set)
-                new.run_forever()
-
-            thread = threading.Thread(target=run, name="portable-obstore-loop", daemon=True)
-            thread.start()
-            ready.wait()
-            _LOOP = new
-            atexit.register(_stop_loop, new, thread)
-        return _LOOP
-
-
-def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    """At interpreter exit: stop the shared loop and wait for its thread (a few seconds at most).
-
-    Left running, the daemon thread is frozen wherever it is when the interpreter tears
-    down, sometimes inside obstore's Rust code, which then aborts the process (SIGABRT,
-    exit 134) after a program that succeeded.
-    """
-    global _LOOP
-    _LOOP = None
-    if not loop.is_closed():
-        loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=5.0)
-
-
-def _let_native_threads_leave(limit: float = 2.0) -> None:
-    """At interpreter exit: wait (``limit`` seconds at most) until no thread that Python did not start
-    is running Python code.
-
-    obstore completes each coroutine on one of its Tokio threads, which takes the GIL to
-    hand the result to the event loop (pyo3-async-runtimes' ``set_result`` calls
-    ``loop.call_soon_threadsafe``). The loop can run that callback, and the program can
-    finish, while the Tokio thread is still inside ``call_soon_threadsafe``, writing the
-    loop's wake-up byte with the GIL released. If the interpreter is finalizing when it
-    wants the GIL back, CPython ends the thread with ``pthread_exit``, whose unwinding
-    through obstore's Rust frames aborts the process: SIGABRT (or SIGBUS) after a program
-    that succeeded, seen as 5 of 60 runs of ``portable rm -r s3://...`` (a bulk delete
-    through the private loop) on a loaded machine (gdb: ``set_result`` -> ``sock_send`` ->
-    ``take_gil`` -> ``pthread_exit`` -> ``abort``). Registered when this module is
-    imported, so it runs after :func:`_stop_loop` (atexit runs last-in first-out): it
-    sleeps, letting such a thread take the GIL, finish its Python call and go back to Rust.
-    tests/adapters/obstore/test_exit.py holds it to that.
-    """
-    import sys
-    import time
-
-    ours = {thread.ident for thread in threading.enumerate()}
-    until = time.monotonic() + limit
-    while time.monotonic() < until:
-        if all(ident in ours for ident in sys._current_frames()):
-            return
-        time.sleep(0.002)
-
-
-atexit.register(_let_native_threads_leave)
-
-
-def run_on_loop(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` on the shared obstore event loop thread and wait for its result.
-
-    With a ``timeout`` the coroutine is cancelled when it passes and
-    ``TimeoutError`` is raised.
-    """
-    future = asyncio.run_coroutine_threadsafe(coro, _loop())
-    try:
-        return future.result(timeout)
-    except concurrent.futures.TimeoutError:
-        future.cancel()
-        raise TimeoutError(f"no answer within {timeout:.3g}s") from None
 
 
 async def _bounded(
