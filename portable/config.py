@@ -19,7 +19,7 @@ The file::
     dead_letter = "sqs://events-dlq?region=eu-west-1"
     idempotency = "s3://acme-data/idempotency"
     requires = ["conditional_create", "native_dead_letter"]
-    storage_engine = "obstore"   # or "fsspec"; a URL's own ?engine= wins
+    storage_engine = "obstore"   # or "fsspec", or "opendal" (s3:// only); a URL's own ?engine= wins
 
     [profiles.aws.resilience]
     max_attempts = 5
@@ -95,7 +95,7 @@ _ENV = {
     "idempotency": "PORTABLE_IDEMPOTENCY_URL",
 }
 _PROFILE_KEYS = frozenset((*_URL_KEYS, "requires", "resilience", "storage_engine"))
-_ENGINES = ("fsspec", "obstore")
+_ENGINES = ("fsspec", "obstore", "opendal")
 _RETRY_KEYS = {
     "max_attempts": int,
     "initial_backoff": float,
@@ -141,7 +141,8 @@ class Profile:
         requires: capabilities every provider of this profile must have.
         resilience: the retry and breaker policy.
         storage_engine: ``"obstore"`` or ``"fsspec"`` for s3/gs/az URLs without
-            ``?engine=``; None picks the first installed (obstore first).
+            ``?engine=`` (``"opendal"`` for s3 only); None picks the first installed
+            (obstore first).
         source: where it came from: a file path, or ``"defaults"``.
     """
 

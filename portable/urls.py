@@ -136,6 +136,8 @@ _STORAGE_ENGINES: dict[str, dict[str, tuple[str, str]]] = {
     "s3": {
         "obstore": ("portable_obstore.s3:ObstoreS3Storage", "obstore"),
         "fsspec": ("portable_aws.s3:S3Storage", "aws"),
+        # never the default (it is last): whole-object reads on OpenDAL, the rest on obstore
+        "opendal": ("portable_opendal.s3:OpenDALS3Storage", "opendal"),
     },
 }
 

@@ -31,6 +31,7 @@ PROVIDERS: list[tuple[str, str, str, str | None]] = [
     ("storage", "file://", "file:///tmp/portable-matrix", None),
     ("storage", "s3:// (fsspec)", "s3://bucket?engine=fsspec&region=us-east-1", None),
     ("storage", "s3:// (obstore)", "s3://bucket?engine=obstore&region=us-east-1", None),
+    ("storage", "s3:// (opendal)", "s3://bucket?engine=opendal&region=us-east-1", None),
     ("storage", "gs:// (fsspec)", "gs://bucket?engine=fsspec&project=my-project&endpoint_url=http://127.0.0.1:9", None),
     ("storage", "gs:// (obstore)", "gs://bucket?engine=obstore&endpoint_url=http://127.0.0.1:9", None),
     ("storage", "az:// (fsspec)", "az://container?engine=fsspec&account=acct&account_key_env=PORTABLE_MATRIX_FAKE_KEY&blob_endpoint=http://127.0.0.1:9/acct", None),

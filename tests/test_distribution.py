@@ -250,6 +250,14 @@ def test_the_install_hint_installs_this_projects_distribution(setup: Setup, doma
         assert named, f"{domain} {url}: {name} declares no extra {extra!r}"
         expected |= named
     assert expected, f"{domain} {url}: the hint {requirement} installs nothing beyond the core"
+    # and this project's distributions that those require (the opendal engine builds on the obstore one)
+    todo = list(expected)
+    while todo:
+        for dependency in setup.wheels[todo.pop()].requires:
+            dep = canonicalize_name(dependency.name)
+            if dependency.marker is None and dep in setup.wheels and dep != CORE and dep not in expected:
+                expected.add(dep)
+                todo.append(dep)
 
     plan = _run(
         [setup.uv, "--no-config", "pip", "install", "--dry-run", "--offline", "--python", setup.python,

@@ -1,9 +1,9 @@
-"""s3:// on a second S3 implementation, s3s-fs (bench/s3s-server): the storage contract, both engines.
+"""s3:// on a second S3 implementation, s3s-fs (bench/s3s-server): the storage contract, every engine.
 
 moto is the reference emulator; s3s-fs is an independent S3 server (Rust,
 file-backed, SigV4-checked) of the kind users point ``endpoint_url`` at
 (MinIO, Ceph, R2, B2, s3s). The contract runs on it for the obstore engine
-(the default) and the fsspec engine; each xfail names a limit of that server,
+(the default), the fsspec engine and the opendal engine; each xfail names a limit of that server,
 not of portable.
 """
 
@@ -88,6 +88,29 @@ class TestS3sObstoreContract(StorageContract):
     @pytest.fixture
     def bucket_url(self, s3s: dict[str, str], s3s_bucket: str, unique_name: str) -> str:
         return f"s3://{s3s_bucket}/{unique_name}?engine=obstore&region={s3s['region']}&endpoint_url={s3s['endpoint_url']}"
+
+    @pytest.mark.skip(reason=S3S_RACE)
+    def test_racing_create_only_writes_have_one_winner(self) -> None: ...
+
+    @pytest.mark.skip(reason=S3S_RACE)
+    def test_racing_compare_and_swap_has_one_winner(self) -> None: ...
+
+    @pytest.mark.skip(reason=S3S_EARLY_412)
+    def test_a_large_create_only_streamed_write_is_refused_when_the_key_exists(self) -> None: ...
+
+    @pytest.mark.skip(reason=S3S_EARLY_412)
+    def test_a_large_streamed_write_with_a_stale_etag_is_refused(self) -> None: ...
+
+
+class TestS3sOpenDALContract(StorageContract):
+    """The opendal engine (whole-object reads on OpenDAL, the rest on obstore): the bench's server."""
+
+    xfail = S3S_LIMITS
+
+    @pytest.fixture
+    def bucket_url(self, s3s: dict[str, str], s3s_bucket: str, unique_name: str) -> str:
+        pytest.importorskip("portable_opendal", reason="portable-cloud-opendal is not installed")
+        return f"s3://{s3s_bucket}/{unique_name}?engine=opendal&region={s3s['region']}&endpoint_url={s3s['endpoint_url']}"
 
     @pytest.mark.skip(reason=S3S_RACE)
     def test_racing_create_only_writes_have_one_winner(self) -> None: ...
