@@ -22,7 +22,7 @@ min-max and ratios:
 * workloads: 2,000 x 1 KiB and 20 x 8 MiB objects, put then get, 16 in flight
   for every contestant (fewer objects on the emulators, which are slower);
 * contestants: portable ``Bucket.put_many`` / ``get_many`` on each engine
-  (``?engine=obstore``, ``?engine=fsspec``); obstore's and OpenDAL's async APIs,
+  (``?engine=obstore``, ``?engine=fsspec``, and on S3 ``?engine=opendal``); obstore's and OpenDAL's async APIs,
   each in both idioms (a task per object behind a semaphore, and a fixed pool of
   16 worker coroutines, as portable uses); the tuned fsspec file system (s3fs
   with retries off, no HEAD before GET, batch_size 16; gcsfs; adlfs), the SDK
@@ -72,7 +72,7 @@ DOC = ROOT / "docs" / "performance.md"
 PLOT = ROOT / "docs" / "performance.png"
 KIB, MIB = 1024, 1024 * 1024
 TARGETS = {"small_vs_best_peer": 1.0, "fsspec_vs_s3fs": 0.95, "large_vs_best_peer": 0.95}
-PORTABLE = ("portable[obstore]", "portable[fsspec]")
+PORTABLE = ("portable[obstore]", "portable[fsspec]", "portable[opendal]")
 
 
 # ------------------------------------------------------------------ servers
@@ -160,6 +160,8 @@ def clients(t: cc.Target) -> list[cc.Client]:
         out += [
             cc.portable_client("portable[obstore]", f"s3://{t.bucket}/{run}-po?engine=obstore&sign_payload=false&{q}"),
             cc.portable_client("portable[fsspec]", f"s3://{t.bucket}/{run}-pf?engine=fsspec&{q}"),
+            # reads on OpenDAL's blocking read, writes on obstore (as portable[obstore] sends them)
+            cc.portable_client("portable[opendal]", f"s3://{t.bucket}/{run}-pd?engine=opendal&sign_payload=false&{q}"),
             *_async_peers(t, run),
             *(cc.blocking_client(t, f"{run}-{lib[:2]}b{i}/", lib, idiom)
               for lib in ("obstore", "OpenDAL") for i, idiom in enumerate(cc.THREAD_IDIOMS)),

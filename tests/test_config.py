@@ -136,6 +136,19 @@ def test_the_profile_picks_the_storage_engine(clean_env, monkeypatch):
         load_profile()
 
 
+def test_the_opendal_engine_is_named_for_s3_and_refused_elsewhere(clean_env):
+    """A profile may name the opendal engine; it serves s3:// only, so a gs:// URL under that profile
+    is an error naming the engines gs:// has, never a silent fallback to another engine."""
+    from portable.errors import InvalidURL
+    from portable.urls import parse_url, storage_engine, with_default_engine
+
+    write(clean_env / "portable.toml", '[profiles.default]\nstorage = "mem://x"\nstorage_engine = "opendal"\n')
+    assert load_profile().storage_engine == "opendal"
+    assert storage_engine(parse_url(with_default_engine("s3://b?region=x", "opendal")))[0] == "opendal"
+    with pytest.raises(InvalidURL, match=r"unknown engine 'opendal' for gs://; choose one of fsspec, obstore"):
+        storage_engine(parse_url(with_default_engine("gs://b", "opendal")))
+
+
 def test_a_bad_storage_engine_in_the_file(clean_env):
     write(clean_env / "portable.toml", '[profiles.default]\nstorage_engine = "rocket"\n')
     with pytest.raises(ConfigError, match=r"storage_engine must be one of fsspec, obstore"):
