@@ -1,4 +1,4 @@
-"""S3 interop on moto, both engines: boto3 on one side, portable on the other, both directions.
+"""S3 interop on moto, every engine: boto3 on one side, portable on the other, both directions.
 
 What a native client sees is pinned in docs/native/s3.md; these tests hold it:
 
@@ -27,7 +27,7 @@ from portable.driver.storage import WriteOptions
 from portable.storage import Bucket, open_bucket
 from portable.testing.storage_suite import contract_profile
 
-ENGINES = ["obstore", "fsspec"]
+ENGINES = ["obstore", "fsspec", "opendal"]  # opendal: reads on OpenDAL, the rest on obstore
 #: Every name obstore's attribute parser would read as a header, and ordinary ones.
 HEADER_LIKE_METADATA = {
     "cache-control": "meta-cc",
