@@ -3,6 +3,7 @@ with boto3 both ways. The engine's reads run on OpenDAL, the rest on obstore (po
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -113,8 +114,14 @@ def test_a_server_that_refuses_is_unavailable(s3_bucket: str, s3_query: str, uni
     dead = open_bucket(f"s3://{s3_bucket}/{unique_name}?engine=opendal&{query}&endpoint_url=http://127.0.0.1:{port}",
                        profile=contract_profile("s3://x"))
     try:
-        with pytest.raises(Unavailable):
+        with pytest.raises(Unavailable) as got:
             dead.get("k")
+        assert isinstance(got.value.__cause__, opendal.exceptions.Unexpected)
+        secret = os.environ["AWS_SECRET_ACCESS_KEY"]
+        chain: BaseException | None = got.value
+        while chain is not None:  # OpenDAL was given the keys: none of the errors may show them
+            assert secret not in str(chain) and secret not in repr(chain)
+            chain = chain.__cause__ or chain.__context__
     finally:
         dead.close()
 
@@ -158,7 +165,5 @@ def test_a_server_that_never_answers_times_out(s3_bucket: str, s3_query: str, un
 
 
 def test_repr_names_no_secret(bucket: Bucket) -> None:
-    import os
-
     secret = os.environ["AWS_SECRET_ACCESS_KEY"]
     assert secret not in repr(bucket) and "OpenDALS3Storage" in repr(bucket._driver)  # type: ignore[attr-defined]
