@@ -132,9 +132,11 @@ class OpenDALS3Storage(ObstoreS3Storage):
         )
         endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         style = addressing_style or ("path" if endpoint else "virtual")
+        #: the region OpenDAL signs for: the obstore side's, which a profile's own region may have set
+        self.read_region: str = self._signed.region
         config = operator_config(
             self.bucket,
-            region=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+            region=self.read_region,
             endpoint=endpoint.rstrip("/") if endpoint else None,
             virtual=style == "virtual",
             profile=profile,

@@ -167,3 +167,28 @@ def test_a_server_that_never_answers_times_out(s3_bucket: str, s3_query: str, un
 def test_repr_names_no_secret(bucket: Bucket) -> None:
     secret = os.environ["AWS_SECRET_ACCESS_KEY"]
     assert secret not in repr(bucket) and "OpenDALS3Storage" in repr(bucket._driver)  # type: ignore[attr-defined]
+
+
+def test_reads_sign_for_the_region_a_profile_names(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, s3_bucket: str, aws: dict[str, str]) -> None:
+    """With ``profile=`` and no ``region=``, the profile's region is the one obstore signs for, and
+    OpenDAL's reads sign for the same one (not us-east-1); the profile's keys serve both sides."""
+    from portable_opendal.s3 import OpenDALS3Storage
+
+    from portable.driver.storage import WriteOptions
+
+    config = tmp_path / "config"
+    config.write_text(
+        "[profile bench]\nregion = eu-west-3\n"
+        f"aws_access_key_id = {os.environ['AWS_ACCESS_KEY_ID']}\naws_secret_access_key = {os.environ['AWS_SECRET_ACCESS_KEY']}\n"
+    )
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    driver = OpenDALS3Storage(s3_bucket, "regions", endpoint_url=aws["endpoint_url"], profile="bench")
+    try:
+        assert driver.read_region == "eu-west-3"
+        driver.put("k", b"v", WriteOptions())
+        assert driver.get("k") == b"v"
+    finally:
+        driver.close()
