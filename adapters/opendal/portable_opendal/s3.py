@@ -63,10 +63,8 @@ from opendal.layers import TimeoutLayer
 from portable_obstore.s3 import ObstoreS3Storage
 
 from portable.driver.http import HTTP_STATUS_CODES, code_of_status
-from portable.driver.naming import parse_s3_url
 from portable.errors import ErrorCode
 from portable.resilience import attempt_timeout
-from portable.urls import ParsedURL
 
 __all__ = ["OpenDALS3Storage"]
 
@@ -142,23 +140,6 @@ class OpenDALS3Storage(ObstoreS3Storage):
             profile=profile,
         )
         self.operator: Any = opendal.Operator("s3", **config).layer(TimeoutLayer(timeout=timeout, io_timeout=timeout))
-
-    @classmethod
-    def from_url(cls, url: ParsedURL) -> OpenDALS3Storage:
-        where = parse_s3_url(url, default_concurrency=16)
-        sign_payload = url.take("sign_payload", bool, None)
-        url.done()
-        return cls(
-            where.bucket,
-            where.prefix,
-            region=where.aws.region,
-            endpoint_url=where.aws.endpoint_url,
-            profile=where.aws.profile,
-            addressing_style=where.addressing_style,
-            timeout=where.aws.timeout,
-            concurrency=where.concurrency,
-            sign_payload=sign_payload,
-        )
 
     def __repr__(self) -> str:
         return f"OpenDALS3Storage(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self.endpoint!r})"
