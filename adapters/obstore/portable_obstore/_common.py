@@ -25,7 +25,7 @@ import datetime as dt
 import io
 import re
 import tempfile
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import obstore
@@ -55,11 +55,13 @@ __all__ = [
     "ObstoreClassifier",
     "ObstoreStorage",
     "StreamFailed",
+    "bounded",
     "client_options",
     "empty_slice",
     "header_attributes",
     "header_like_names",
     "http_status",
+    "run_batch",
     "run_on_loop",
 ]
 
@@ -213,7 +215,7 @@ def small_mean(count: int, total: int) -> bool:
     return total <= BLOCKING_READ_LIMIT * count or count == 0
 
 
-async def _bounded(
+async def bounded(
     fn: Callable[[Any], Awaitable[T]], items: list[Any], concurrency: int
 ) -> list[T | BaseException]:
     """Apply ``fn`` to every item with at most ``concurrency`` in flight; errors are returned."""
@@ -233,6 +235,21 @@ async def _bounded(
     else:
         await asyncio.gather(*(worker() for _ in range(workers)))
     return results
+
+
+def run_batch(
+    coro: Coroutine[Any, Any, list[T | BaseException]], count: int, deadline: float | None
+) -> list[T | BaseException]:
+    """The outcomes of a batch of ``count`` items run on the private loop under ``deadline``.
+
+    When the deadline passes, the batch is cancelled and each item's outcome is the
+    ``TimeoutError``, so the Bucket reports DeadlineExceeded for it (a failed item is retried
+    alone, under the same spent deadline), rather than a bare TimeoutError escaping the batch.
+    """
+    try:
+        return run_on_loop(coro, deadline)
+    except TimeoutError as exc:
+        return [exc] * count
 
 
 # ---------------------------------------------------------------- streams
@@ -605,7 +622,7 @@ class ObstoreStorage(ObstoreClassifier, ListingMixin, StorageDriver):
         deadline = remaining()
         if blocking is not None and deadline is None:
             return list(map_blocking(blocking, items, self.batch_concurrency))
-        return run_on_loop(_bounded(fn, items, self.batch_concurrency), deadline)
+        return run_batch(bounded(fn, items, self.batch_concurrency), len(items), deadline)
 
     # the blocking call of one batch item (both faces run these on the worker threads)
     def blocking_get(self, key: str) -> bytes:

@@ -40,6 +40,13 @@ Keys and limits:
     S3's rules (InvalidURL otherwise). One ``put`` sends at most 5 GiB.
     User metadata is at most 2 KiB.
 
+Batch reads:
+    ``get_many`` of small bodies over ``http://`` with static credentials sends
+    GETs signed here on kept-alive connections of the private loop
+    (:mod:`portable_obstore._s3_reads`, docs/adapters/obstore.md): about half
+    the client CPU of the fastest library call; an answer it does not read is
+    read again through obstore.
+
 Retries:
     obstore's retries are off (``retry_config={"max_retries": 0}``); only
     :mod:`portable.resilience` retries.
@@ -125,11 +132,16 @@ from ._common import (
     NO_RETRIES,
     ObstoreStorage,
     StreamFailed,
+    bounded,
     client_options,
     header_attributes,
     header_like_names,
+    read_whole_async,
+    run_batch,
     run_on_loop,
+    small_bodies,
 )
+from ._s3_reads import ErrorAnswer, FastReads, fast_reads_for, static_credentials
 from ._s3_resume import CompleteFailed, S3ResumableWrite
 
 __all__ = ["ObstoreS3Storage", "S3RequestFailed", "check_bucket_name", "sigv4_headers"]
@@ -625,6 +637,8 @@ class ObstoreS3Storage(ObstoreStorage):
         else:
             base = f"https://s3.{signing_region}.amazonaws.com/{self.bucket}"
         self._signed = _SignedS3(self, base, signing_region, timeout, sign_payload)
+        #: batch reads of small bodies over plain HTTP with static credentials (None: obstore reads)
+        self.fast_reads: FastReads | None = fast_reads_for(base, signing_region, timeout, provider is not None)
 
     @classmethod
     def from_url(cls, url: ParsedURL) -> ObstoreS3Storage:
@@ -733,6 +747,44 @@ class ObstoreS3Storage(ObstoreStorage):
                 return ErrorCode.THROTTLED
             return code_of_status(exc.status, _HTTP_CODES)
         return super().code_of(exc)
+
+    def get_many(self, keys: list[str]) -> Iterator[tuple[str, bytes | BaseException]]:
+        """Every object of ``keys``; small bodies over plain HTTP on the fast path of :mod:`._s3_reads`.
+
+        While the last batch read small bodies (as for the blocking path of the other stores), an
+        ``http://`` endpoint with static credentials is read by signed GETs on keep-alive
+        connections of the private loop, ``batch_concurrency`` in flight. An error answer is an
+        :class:`S3RequestFailed` (404 NoSuchKey is NotFound, 503 SlowDown Throttled, as for the
+        other requests signed here); a key whose answer this path does not read (a redirect, a
+        403, a chunked or malformed answer, a dropped connection, a timeout) is read again
+        through obstore, whose result or error it gets. Otherwise obstore reads every key
+        (``ObstoreStorage.get_many``).
+        """
+        fast = self.fast_reads
+        credentials = static_credentials() if fast is not None and self.small_reads else None
+        if fast is None or credentials is None:
+            yield from super().get_many(keys)
+            return
+        store, root = self.store, self._root
+
+        async def one(key: str) -> bytes:
+            try:
+                body = await fast.get(root + key, credentials)
+            except ErrorAnswer as exc:
+                raise _answer_error(f"GET {root + key!r}", exc.status, exc.body) from None
+            if body is None:
+                return await read_whole_async(store, root + key)
+            return body
+
+        results = run_batch(bounded(one, keys, self.batch_concurrency), len(keys), remaining())
+        self.small_reads = small_bodies(results)
+        yield from zip(keys, results, strict=True)
+
+    def close(self) -> None:
+        """Close the fast path's idle connections (obstore's pool closes with the store)."""
+        if self.fast_reads is not None:
+            self.fast_reads.close()
+        super().close()
 
     def delete_many(self, keys: list[str]) -> Iterator[tuple[str, BaseException | None]]:
         """One DeleteObjects request per chunk (S3 counts a missing key as deleted); key by key if it fails."""

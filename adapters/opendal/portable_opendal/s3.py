@@ -140,6 +140,7 @@ class OpenDALS3Storage(ObstoreS3Storage):
             profile=profile,
         )
         self.operator: Any = opendal.Operator("s3", **config).layer(TimeoutLayer(timeout=timeout, io_timeout=timeout))
+        self.fast_reads = None  # this engine's reads are OpenDAL's (blocking_get), not the obstore engine's fast path
 
     def __repr__(self) -> str:
         return f"OpenDALS3Storage(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self.endpoint!r})"
