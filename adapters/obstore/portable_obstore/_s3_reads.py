@@ -165,6 +165,7 @@ class _Connection(asyncio.Protocol):
         self.status = int(status[1])
         if self.status < 200 or self.status in _HANDED_OVER:
             raise _Unusable(f"status {self.status}")
+        keep_alive = status[0] != b"HTTP/1.0"  # HTTP/1.0 closes unless the answer says keep-alive
         length = -1
         for line in lines[1:]:
             name, _, value = line.partition(b":")
@@ -178,8 +179,10 @@ class _Connection(asyncio.Protocol):
                     raise _Unusable("bad Content-Length")
             elif name == b"transfer-encoding":
                 raise _Unusable("Transfer-Encoding")
-            elif name == b"connection" and b"close" in value.lower():
-                self.reusable = False
+            elif name == b"connection":
+                keep_alive = b"close" not in value.lower() and (keep_alive or b"keep-alive" in value.lower())
+        if not keep_alive:
+            self.reusable = False
         if length < 0:
             raise _Unusable("no Content-Length")
         self.end = len(head) + 4 + length
@@ -333,15 +336,23 @@ class FastReads:
             self._release(conn, clean)
 
     def close(self) -> None:
-        """Close the idle connections, each on its loop's thread (callable from any thread)."""
-        pools = list(self._pools.items())
-        self._pools = weakref.WeakKeyDictionary()
+        """Close the idle connections, each on its own loop's thread (callable from any thread)."""
+        while True:
+            try:
+                pools = list(self._pools.items())
+                break
+            except RuntimeError:  # another loop added its pool meanwhile
+                continue
         for loop, idle in pools:
-            for conn in idle:
-                if loop.is_closed():
-                    continue  # a closed loop runs nothing more: its sockets close when collected
-                try:
-                    loop.call_soon_threadsafe(conn.close)
-                except RuntimeError:
-                    pass  # closed meanwhile
+            if loop.is_closed():
+                continue  # a closed loop runs nothing more: its sockets close when collected
+            try:
+                loop.call_soon_threadsafe(_close_all, idle)
+            except RuntimeError:
+                pass  # closed meanwhile
 
+
+def _close_all(idle: list[_Connection]) -> None:
+    """Close the connections of a pool (on its loop's thread, where the pool is used)."""
+    while idle:
+        idle.pop().close()

@@ -96,6 +96,10 @@ def test_a_batch_on_s3s_reads_what_boto3_wrote_on_kept_alive_connections(s3s: di
     idle = sum(len(pool) for pool in fast._pools.values())
     assert 0 < idle <= len(bodies), "the connections stay open between batches, one per read in flight at most"
     bucket.close()
+    until = time.monotonic() + 5
+    while sum(len(pool) for pool in fast._pools.values()) and time.monotonic() < until:
+        time.sleep(0.01)
+    assert sum(len(pool) for pool in fast._pools.values()) == 0, "close() closes the idle connections"
 
 
 def test_an_error_answer_is_the_s3_error_it_names_in_one_request(
@@ -251,6 +255,21 @@ def test_a_chunked_answer_is_handed_to_obstore() -> None:
         fast = _fast(server.port)
         assert asyncio.run(fast.get("key", CREDENTIALS)) is None
         assert fast.handed_over == 1
+    finally:
+        server.close()
+
+
+def test_an_http_1_0_answer_is_read_and_its_connection_not_kept() -> None:
+    server = _Stalled(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi")
+    try:
+        fast = _fast(server.port)
+
+        async def read() -> tuple[bytes | None, int]:
+            body = await fast.get("key", CREDENTIALS)
+            return body, len(fast._pools.get(asyncio.get_running_loop(), []))
+
+        assert asyncio.run(read()) == (b"hi", 0)
+        assert server.closed_by_client.wait(5)
     finally:
         server.close()
 
