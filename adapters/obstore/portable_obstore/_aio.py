@@ -40,6 +40,13 @@ multipart upload cannot carry) and for what the sync driver sends whole, a
 spool sent as one ``put`` at commit. The contract is the sync one: nothing is
 visible before commit, abort (or a cancelled commit) leaves no object.
 
+S3 over ``http://`` with static credentials: ``get`` and ``get_many`` of small bodies send GETs
+the S3 driver signs itself, on kept-alive connections of *this* loop (one pool per loop; at most
+:data:`MAX_IN_FLIGHT` single gets, ``batch_concurrency`` per batch, yielded as each finishes),
+with no thread at all (:mod:`portable_obstore._s3_reads`; an answer it does not read is read
+again through obstore's coroutine). Cancelling the awaiting task closes the request's
+connection.
+
 Errors are obstore's own, classified by the sync driver (``code_of``).
 """
 
@@ -72,6 +79,7 @@ from ._common import (
 
 if TYPE_CHECKING:
     from ._common import ObstoreStorage
+    from .s3 import ObstoreS3Storage
 
 __all__ = ["MAX_IN_FLIGHT", "ObstoreAsyncStorage", "as_finished"]
 
@@ -196,6 +204,8 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
         super().__init__(sync)
         self._store = sync.store
         self._root = sync._root
+        #: the S3 driver, where it has a fast read path (portable_obstore._s3_reads)
+        self._fast: ObstoreS3Storage | None = sync if getattr(sync, "fast_reads", None) is not None else None  # type: ignore[assignment]
         self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Gate] = weakref.WeakKeyDictionary()
         #: the last loop that called (a weak reference) and its gate: one call to find it, not a WeakKeyDictionary's
         self._last_gate: tuple[Callable[[], asyncio.AbstractEventLoop | None], _Gate] = (_no_loop, _Gate(0))
@@ -220,6 +230,15 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
     # get and put take a slot written out (the gate's __aenter__/__aexit__ are two coroutines)
     async def get(self, key: str) -> bytes:
         sync = self.sync
+        fast = self._fast
+        if fast is not None:
+            credentials = fast.fast_credentials()
+            if credentials is not None:  # S3 over http://: a GET signed here, on this loop
+                async with self._gate():
+                    body = await fast.fast_get(key, credentials)
+                if len(body) > BLOCKING_READ_LIMIT:
+                    sync.small_reads = False
+                return body
         if sync.small_reads and remaining() is None:  # the cheap path (see "Single calls" above)
             body = await relay_blocking(sync.blocking_get, key)
             if len(body) > BLOCKING_READ_LIMIT:
@@ -334,6 +353,22 @@ class ObstoreAsyncStorage(AsyncStorageDriver):
     # loop, which a deadline can cancel mid-request.
     async def get_many(self, keys: list[str]) -> AsyncIterator[tuple[str, bytes | BaseException]]:
         sync = self.sync
+        fast = self._fast
+        credentials = fast.fast_credentials() if fast is not None else None
+        if fast is not None and credentials is not None:  # S3 over http://: GETs signed here, on this loop
+            fast_get = fast.fast_get
+            count = total = 0
+
+            async def fast_one(key: str) -> bytes:
+                nonlocal count, total
+                body = await fast_get(key, credentials)
+                count, total = count + 1, total + len(body)
+                return body
+
+            async for outcome in as_finished(fast_one, keys, self.batch_concurrency):
+                yield outcome
+            sync.small_reads = small_mean(count, total)
+            return
         if remaining() is None and sync.small_reads:  # the last batch read small bodies
             got: list[bytes | Exception] = await amap_blocking(sync.blocking_get, keys, self.batch_concurrency)
             sync.small_reads = small_bodies(got)

@@ -760,25 +760,44 @@ class ObstoreS3Storage(ObstoreStorage):
         through obstore, whose result or error it gets. Otherwise obstore reads every key
         (``ObstoreStorage.get_many``).
         """
-        fast = self.fast_reads
-        credentials = static_credentials() if fast is not None and self.small_reads else None
-        if fast is None or credentials is None:
+        credentials = self.fast_credentials()
+        if credentials is None:
             yield from super().get_many(keys)
             return
-        store, root = self.store, self._root
+        fast_get = self.fast_get
 
         async def one(key: str) -> bytes:
-            try:
-                body = await fast.get(root + key, credentials)
-            except ErrorAnswer as exc:
-                raise _answer_error(f"GET {root + key!r}", exc.status, exc.body) from None
-            if body is None:
-                return await read_whole_async(store, root + key)
-            return body
+            return await fast_get(key, credentials)
 
         results = run_batch(bounded(one, keys, self.batch_concurrency), len(keys), remaining())
         self.small_reads = small_bodies(results)
         yield from zip(keys, results, strict=True)
+
+    def fast_credentials(self) -> tuple[str, str, str | None] | None:
+        """The credentials of a read on the fast path now, or None when obstore reads.
+
+        None without a fast path (see :func:`._s3_reads.fast_reads_for`), after a batch of large
+        bodies (``small_reads`` is False), and when the environment holds no static credentials.
+        """
+        if self.fast_reads is None or not self.small_reads:
+            return None
+        return static_credentials()
+
+    async def fast_get(self, key: str, credentials: tuple[str, str, str | None]) -> bytes:
+        """One whole object on the fast path (on the running loop); through obstore where it hands over.
+
+        Raises:
+            S3RequestFailed: S3 answered an error (404 NoSuchKey, 503 SlowDown, ...).
+        """
+        assert self.fast_reads is not None
+        full = self._root + key
+        try:
+            body = await self.fast_reads.get(full, credentials)
+        except ErrorAnswer as exc:
+            raise _answer_error(f"GET {full!r}", exc.status, exc.body) from None
+        if body is None:
+            return await read_whole_async(self.store, full)
+        return body
 
     def close(self) -> None:
         """Close the fast path's idle connections (obstore's pool closes with the store)."""

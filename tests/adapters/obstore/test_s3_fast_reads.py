@@ -354,3 +354,68 @@ def test_the_opendal_engine_keeps_its_own_reads(s3_bucket: str, s3_query: str) -
     assert _driver(bucket).fast_reads is None
     bucket.close()
 
+
+
+# ---------------------------------------------------------------- the async face
+def test_the_async_face_reads_on_the_callers_loop_with_no_thread(
+    s3s: dict[str, str], prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import portable_obstore._aio as native
+
+    import portable.aio
+
+    client = boto3.client("s3", endpoint_url=s3s["endpoint_url"], region_name=s3s["region"])
+    bodies = _write_odd_keys(client, s3s["bucket"], prefix)
+    relayed: list[object] = []
+    real = native.relay_blocking
+
+    def counting(fn: Any, arg: Any) -> Any:
+        relayed.append(arg)
+        return real(fn, arg)
+
+    monkeypatch.setattr(native, "relay_blocking", counting)
+
+    async def main() -> None:
+        bucket = portable.aio.open_bucket(
+            f"s3://{s3s['bucket']}/{prefix}?endpoint_url={s3s['endpoint_url']}&region={s3s['region']}"
+        )
+        fast = _driver(bucket.sync).fast_reads
+        assert fast is not None
+        try:
+            for key, body in bodies.items():
+                assert await bucket.get(key) == body
+            assert await bucket.get_many(list(bodies)) == bodies
+            with pytest.raises(NotFound):
+                await bucket.get("missing")
+            assert await bucket.get_many(["plain", "missing"], missing_ok=True) == {"plain": bodies["plain"]}
+            assert fast.handed_over == 0 and relayed == [], "no read went through obstore or a relay thread"
+            assert fast._pools.get(asyncio.get_running_loop()), "this loop's own connections, kept alive"
+        finally:
+            await bucket.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_async_read_closes_its_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import portable.aio
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", CREDENTIALS[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CREDENTIALS[1])
+    server = _Stalled()
+
+    async def main() -> None:
+        bucket = portable.aio.open_bucket(f"s3://bucket?endpoint_url=http://127.0.0.1:{server.port}&region=us-east-1")
+        try:
+            task = asyncio.ensure_future(bucket.get("a"))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await bucket.aclose()
+
+    try:
+        asyncio.run(main())
+        assert server.closed_by_client.wait(5), "the cancelled request's connection is closed, not pooled"
+    finally:
+        server.close()
