@@ -65,6 +65,8 @@ def fast_reads_for(base_url: str, region: str, timeout: float, has_provider: boo
     parts = urllib.parse.urlsplit(base_url)
     if parts.scheme != "http" or has_provider or not parts.hostname:
         return None
+    if parts.username is not None or parts.password is not None:
+        return None  # user info in the endpoint (from AWS_ENDPOINT_URL): not ours to send, nor to show
     if any(os.environ.get(name) for name in _PROXY_VARIABLES):
         return None
     return FastReads(parts.hostname, parts.port or 80, parts.netloc, parts.path.rstrip("/"), region, timeout)
@@ -219,7 +221,7 @@ class FastReads:
         self.handed_over = 0
 
     def __repr__(self) -> str:
-        return f"FastReads(netloc={self.netloc!r}, base_path={self.base_path!r})"
+        return f"FastReads(host={self.host!r}, port={self.port}, base_path={self.base_path!r})"
 
     # -- signing --------------------------------------------------------------------
     def _signing_key(self, secret: str, day: str) -> bytes:

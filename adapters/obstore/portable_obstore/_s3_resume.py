@@ -4,7 +4,7 @@ obstore 0.12.1 cannot resume: its multipart writer (``obstore.put`` /
 ``open_writer``) keeps the upload id to itself and has no ListParts, no
 ListMultipartUploads and no way to complete an upload it did not start. So a
 resumable write is a multipart upload made of requests this engine signs
-itself (:class:`portable_obstore.s3._SignedS3`, SigV4 with the store's
+itself (:class:`portable_obstore._s3_signed._SignedS3`, SigV4 with the store's
 credentials): CreateMultipartUpload, UploadPart, CompleteMultipartUpload, and
 to resume, ListMultipartUploads (the newest upload of the exact key) and
 ListParts. A part's ETag is its MD5 (except under SSE-KMS / SSE-C, where it is

@@ -61,8 +61,26 @@ def s3s(s3s_server: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         monkeypatch.setenv(name, s3s_server.env[name])
     endpoint, region = s3s_server.endpoints["endpoint_url"], s3s_server.endpoints["region"]
     name = f"fast-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=endpoint, region_name=region).create_bucket(Bucket=name)
-    return {"endpoint_url": endpoint, "region": region, "bucket": name}
+    found = {
+        "endpoint_url": endpoint,
+        "region": region,
+        "bucket": name,
+        "key": s3s_server.env["AWS_ACCESS_KEY_ID"],
+        "secret": s3s_server.env["AWS_SECRET_ACCESS_KEY"],
+    }
+    _s3s_client(found).create_bucket(Bucket=name)
+    return found
+
+
+def _s3s_client(s3s: dict[str, str]) -> Any:
+    """boto3 on s3s-fs with its keys given (boto3's default session keeps the first keys it resolved)."""
+    return boto3.client(
+        "s3",
+        endpoint_url=s3s["endpoint_url"],
+        region_name=s3s["region"],
+        aws_access_key_id=s3s["key"],
+        aws_secret_access_key=s3s["secret"],
+    )
 
 
 def _write_odd_keys(client: Any, bucket: str, prefix: str) -> dict[str, bytes]:
@@ -85,7 +103,7 @@ def test_a_batch_reads_what_boto3_wrote_on_the_fast_path(s3_bucket: str, s3_quer
 
 
 def test_a_batch_on_s3s_reads_what_boto3_wrote_on_kept_alive_connections(s3s: dict[str, str], prefix: str) -> None:
-    client = boto3.client("s3", endpoint_url=s3s["endpoint_url"], region_name=s3s["region"])
+    client = _s3s_client(s3s)
     bodies = _write_odd_keys(client, s3s["bucket"], prefix)
     bucket = open_bucket(f"s3://{s3s['bucket']}/{prefix}?endpoint_url={s3s['endpoint_url']}&region={s3s['region']}")
     fast = _driver(bucket).fast_reads
@@ -190,7 +208,7 @@ class _Relay:
 
 
 def test_a_connection_dropped_as_the_request_arrives_is_replaced_once(s3s: dict[str, str], prefix: str) -> None:
-    client = boto3.client("s3", endpoint_url=s3s["endpoint_url"], region_name=s3s["region"])
+    client = _s3s_client(s3s)
     keys = [f"k{i}" for i in range(4)]
     for key in keys:
         client.put_object(Bucket=s3s["bucket"], Key=f"{prefix}/{key}", Body=key.encode())
@@ -342,6 +360,7 @@ def test_the_signature_is_the_drivers_own_sigv4(token: str | None) -> None:
 def test_the_fast_path_is_off_where_obstore_must_read(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fast_reads_for("https://s3.eu-west-3.amazonaws.com/bucket", "eu-west-3", 30, False) is None
     assert fast_reads_for("http://127.0.0.1:9000/bucket", "us-east-1", 30, True) is None  # a credential provider
+    assert fast_reads_for("http://user:pass@127.0.0.1:9000/bucket", "us-east-1", 30, False) is None  # user info
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
     assert fast_reads_for("http://127.0.0.1:9000/bucket", "us-east-1", 30, False) is None
     monkeypatch.delenv("HTTP_PROXY")
@@ -364,7 +383,7 @@ def test_the_async_face_reads_on_the_callers_loop_with_no_thread(
 
     import portable.aio
 
-    client = boto3.client("s3", endpoint_url=s3s["endpoint_url"], region_name=s3s["region"])
+    client = _s3s_client(s3s)
     bodies = _write_odd_keys(client, s3s["bucket"], prefix)
     relayed: list[object] = []
     real = native.relay_blocking
