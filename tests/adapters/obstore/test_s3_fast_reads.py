@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -159,6 +160,20 @@ def test_a_bucket_reports_a_missing_key_as_not_found(s3_bucket: str, s3_query: s
     bucket.close()
 
 
+def _accept_in_a_thread(listener: socket.socket, serve: Callable[[socket.socket], None]) -> None:
+    """Accept connections on ``listener`` until it is closed, each served by ``serve`` on a thread of its own."""
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
 class _Relay:
     """A TCP relay to a server whose connections a test can drop as a request arrives."""
 
@@ -170,19 +185,14 @@ class _Relay:
         self.drop_next = False
         self.dropped = 0
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        _accept_in_a_thread(self.listener, self._relay)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                self.accepted += 1
-            upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+    def _relay(self, client: socket.socket) -> None:
+        with self._lock:
+            self.accepted += 1
+        upstream = socket.create_connection(self.target)
+        threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+        self._pump(client, upstream, True)
 
     def _pump(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
         try:
@@ -234,15 +244,7 @@ class _Stalled:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.closed_by_client = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        _accept_in_a_thread(self.listener, self._serve)
 
     def _serve(self, conn: socket.socket) -> None:
         try:
