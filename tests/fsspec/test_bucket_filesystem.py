@@ -215,7 +215,13 @@ def test_a_server_refusing_heads_on_folders_still_has_directories(s3s_server: An
         monkeypatch.setenv(name, value)
     endpoint = s3s_server.endpoints["endpoint_url"]
     name = f"pt-fs-{uuid.uuid4().hex[:10]}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    boto3.client(  # the keys given: boto3's default session keeps the first ones it resolved in this process
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=s3s_server.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=s3s_server.env["AWS_SECRET_ACCESS_KEY"],
+    ).create_bucket(Bucket=name)
     fs = open_bucket(f"s3://{name}?region=us-east-1&endpoint_url={endpoint}", policy=QUICK_RETRIES).fs()
     fs.pipe_file("ds/p=1/f.parquet", b"x")
     with pytest.raises(PortableError) as refused:  # the server's quirk this test is about

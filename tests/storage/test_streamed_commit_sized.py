@@ -39,7 +39,14 @@ def _bucket_on(endpoint: str, env: dict[str, str], region: str, mp: pytest.Monke
     from botocore.config import Config
 
     name = f"pz-{uuid.uuid4().hex[:12]}"
-    client = boto3.client("s3", endpoint_url=endpoint, region_name=region, config=Config(s3={"addressing_style": "path"}))
+    client = boto3.client(  # the keys given: boto3's default session keeps the first ones it resolved in this process
+        "s3",
+        endpoint_url=endpoint,
+        region_name=region,
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        config=Config(s3={"addressing_style": "path"}),
+    )
     client.create_bucket(Bucket=name)
     return f"s3://{name}/{{prefix}}?engine=obstore&region={region}&endpoint_url={endpoint}"
 

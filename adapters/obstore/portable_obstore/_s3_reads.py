@@ -38,7 +38,9 @@ import time
 import urllib.parse
 import weakref
 
-__all__ = ["ErrorAnswer", "FastReads", "fast_reads_for", "static_credentials"]
+from ._s3_signed import signing_key
+
+__all__ = ["ErrorAnswer", "FastReads", "fast_reads_for"]
 
 #: Proxy variables that make reqwest (obstore's HTTP client) go through a proxy: with one set,
 #: every read goes through obstore.
@@ -70,14 +72,6 @@ def fast_reads_for(base_url: str, region: str, timeout: float, has_provider: boo
     if any(os.environ.get(name) for name in _PROXY_VARIABLES):
         return None
     return FastReads(parts.hostname, parts.port or 80, parts.netloc, parts.path.rstrip("/"), region, timeout)
-
-
-def static_credentials() -> tuple[str, str, str | None] | None:
-    """``(access key, secret, token)`` from the environment, or None when there are none."""
-    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-    if not key or not secret:
-        return None
-    return key, secret, os.environ.get("AWS_SESSION_TOKEN") or None
 
 
 class _Unusable(Exception):
@@ -227,9 +221,7 @@ class FastReads:
     def _signing_key(self, secret: str, day: str) -> bytes:
         key = self._keys.get((secret, day))
         if key is None:
-            key = ("AWS4" + secret).encode()
-            for part in (day, self.region, "s3", "aws4_request"):
-                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+            key = signing_key(secret, day, self.region)
             if len(self._keys) > 8:
                 self._keys.clear()
             self._keys[(secret, day)] = key

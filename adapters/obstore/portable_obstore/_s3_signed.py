@@ -31,7 +31,7 @@ from ._common import header_attributes, run_on_loop
 if TYPE_CHECKING:
     from .s3 import ObstoreS3Storage
 
-__all__ = ["S3RequestFailed", "answer_error", "sigv4_headers"]
+__all__ = ["S3RequestFailed", "answer_error", "signing_key", "sigv4_headers", "static_credentials"]
 
 
 def answer_error(what: str, status: int, answer: bytes) -> S3RequestFailed:
@@ -66,7 +66,17 @@ def _quote(text: str, safe: str) -> str:
     return urllib.parse.quote(text, safe=safe)
 
 
-def _signing_key(secret: str, day: str, region: str) -> bytes:
+def static_credentials() -> tuple[str, str, str | None] | None:
+    """``(access key, secret, token)`` from ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` /
+    ``AWS_SESSION_TOKEN``, or None when the first two are not both set."""
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        return None
+    return key, secret, os.environ.get("AWS_SESSION_TOKEN") or None
+
+
+def signing_key(secret: str, day: str, region: str) -> bytes:
+    """The SigV4 signing key of ``secret`` for one day, region and the s3 service."""
     key = ("AWS4" + secret).encode()
     for part in (day, region, "s3", "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
@@ -119,7 +129,7 @@ def sigv4_headers(
     )
     scope = f"{day}/{region}/s3/aws4_request"
     to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-    signature = hmac.new(_signing_key(secret, day, region), to_sign.encode(), hashlib.sha256).hexdigest()
+    signature = hmac.new(signing_key(secret, day, region), to_sign.encode(), hashlib.sha256).hexdigest()
     signed["authorization"] = (
         f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
     )
@@ -156,9 +166,9 @@ class _SignedS3:
             if inspect.isawaitable(found):
                 found = run_on_loop(found, remaining())  # type: ignore[arg-type]
             return found["access_key_id"], found["secret_access_key"], found.get("token")
-        key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-        if key and secret:
-            return key, secret, os.environ.get("AWS_SESSION_TOKEN") or None
+        found_static = static_credentials()
+        if found_static is not None:
+            return found_static
         try:
             import boto3  # type: ignore[import-untyped,unused-ignore]
         except ImportError as exc:

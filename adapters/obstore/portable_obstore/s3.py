@@ -139,15 +139,16 @@ from ._common import (
     run_on_loop,
     small_bodies,
 )
-from ._s3_reads import ErrorAnswer, FastReads, fast_reads_for, static_credentials
+from ._s3_reads import ErrorAnswer, FastReads, fast_reads_for
 from ._s3_resume import CompleteFailed, S3ResumableWrite
 from ._s3_signed import (
     S3RequestFailed,
     _quote,
     _SignedS3,
-    _signing_key,
     answer_error,
+    signing_key,
     sigv4_headers,
+    static_credentials,
 )
 
 __all__ = ["ObstoreS3Storage", "S3RequestFailed", "check_bucket_name", "sigv4_headers"]
@@ -226,7 +227,7 @@ class _SizedPut(WriteStream):
         day = now.strftime("%Y%m%d")
         self._stamp = now.strftime("%Y%m%dT%H%M%SZ")
         self._scope = f"{day}/{signed.region}/s3/aws4_request"
-        self._signing_key = _signing_key(secret, day, signed.region)
+        self._signing_key = signing_key(secret, day, signed.region)
         sent = sigv4_headers(
             "PUT", base.netloc, path, "", headers, payload,
             credentials=(access_key, secret, token), region=signed.region, now=now,

@@ -148,6 +148,15 @@ def test_an_error_answer_is_the_s3_error_it_names_in_one_request(
         throttled = dict(driver.get_many(["here"]))["here"]
         assert isinstance(throttled, S3RequestFailed) and throttled.code == "SlowDown"
         assert driver.code_of(throttled).name == "THROTTLED" and driver.is_retryable(throttled)
+
+        # through a Bucket the throttled item is retried alone, and the batch succeeds
+        bucket = open_bucket(f"s3://{s3_bucket}/{prefix}?region={aws['region']}&endpoint_url={proxy.url}")
+        proxy.reset()
+        proxy.fail_next(lambda seen: seen.method == "GET")
+        assert bucket.get_many(["here"]) == {"here": b"here"}
+        gets = [seen for seen in proxy.snapshot() if seen.method == "GET"]
+        assert [seen.failed for seen in gets] == [True, False], "one throttled GET, then one retried"
+        bucket.close()
     finally:
         proxy.close()
 
