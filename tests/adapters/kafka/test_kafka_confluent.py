@@ -68,6 +68,10 @@ def test_the_librdkafka_configs_say_what_the_kafka_python_ones_say() -> None:
     assert (c["session.timeout.ms"], c["heartbeat.interval.ms"], c["partition.assignment.strategy"]) == (
         6000, 2000, "range",
     )  # fmt: skip
+    # a full local queue is fetched again within 20 ms, not librdkafka's 1 s (a fast consumer
+    # stood still ~0.85 s in every 200,000 records), and a fetch with nothing to return is held
+    # 100 ms, not 500 (a new assignment's later partitions wait for the first one's fetch)
+    assert (c["fetch.queue.backoff.ms"], c["fetch.wait.max.ms"]) == (20, 100)
     confluent_kafka.Producer(p)  # librdkafka accepts every key and value
     confluent_kafka.Consumer(c).close()
 
