@@ -195,6 +195,30 @@ def test_reports_out_of_order_still_find_their_record() -> None:
     assert not any(reports.waiting(p) for p in (0, 1)), "every record was matched once"
 
 
+@pytest.mark.parametrize("engine", ["confluent", "kafka-python"])
+def test_a_receive_returns_when_its_first_message_comes_not_when_its_wait_ends(
+    kafka_broker: EmulatorInfo, unique_name: str, engine: str
+) -> None:
+    """receive(1000, wait=W) answers as soon as one message is there. librdkafka's
+    ``consume(1000, W)`` waits for 1,000 messages or W: asked with the receive's wait, it held a
+    message published 0.3 s in for all of W (30 s here), where the limit below leaves 20 s of
+    slack for a slow machine."""
+    url = group_url(kafka_broker, unique_name, engine=engine)
+    with pm.open_subscription(url, policy=QUICK) as sub, pm.open_topic(url, policy=QUICK) as topic:
+        assert sub.receive(10, wait=2.0) == [], "the topic starts empty"  # the member joins here
+        publisher = threading.Timer(0.3, topic.publish, args=(b"first",))
+        publisher.start()
+        try:
+            started = time.monotonic()
+            got = sub.receive(1000, wait=30.0)
+            took = time.monotonic() - started
+        finally:
+            publisher.join()
+        assert [m.body for m in got] == [b"first"]
+        assert took < 10.0, f"receive held its message {took:.1f} s of its 30 s wait"
+        got[0].ack()
+
+
 def test_paused_partitions_resume_and_keys_stay_in_order(
     kafka_broker: EmulatorInfo, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
