@@ -619,6 +619,6 @@ class ConfluentSubscription(Rebalancing):
             consumer.unsubscribe()
             deadline = time.monotonic() + min(10.0, self.settings.request_timeout)
             while consumer.assignment() and time.monotonic() < deadline:
-                consumer.poll(0.1)
+                consumer.poll(0.01)  # serves the revocation; 0.1 made every close last 0.1 s
         except Exception as exc:  # the close that follows reports what matters
             log.debug("leaving the group before close: %s", exc)
