@@ -97,9 +97,10 @@ def confluent_consumer_config(settings: KafkaSettings, password: Callable[[], st
             # stands still for most of a second. bench/kafka_bench.py: 0.85 s lost per 200,000.
             "fetch.queue.backoff.ms": _FETCH_QUEUE_BACKOFF_MS,
             # while one fetch waits on the broker, a partition that became fetchable after it was
-            # sent (the retry topic's, assigned a moment before the main topic's) waits for it
-            # too: 500 ms by default on every new assignment. At 100, an idle member sends ten
-            # fetches a second to each broker it reads from, instead of two.
+            # sent waits for it too (500 ms by default): the main topic's first records after an
+            # assignment did, behind the retry topic's (now parked: _confluent.py, _on_assign),
+            # and a retry partition resumed while the main topic is idle still does. At 100, an
+            # idle member sends ten fetches a second to each broker it reads from, instead of two.
             "fetch.wait.max.ms": _FETCH_WAIT_MAX_MS,
         }
     )

@@ -219,6 +219,29 @@ def test_a_receive_returns_when_its_first_message_comes_not_when_its_wait_ends(
         got[0].ack()
 
 
+def test_a_new_member_reads_the_retry_copies_it_finds_while_the_main_topic_is_empty(
+    kafka_broker: EmulatorInfo, unique_name: str
+) -> None:
+    """A new assignment parks the retry topic's partitions until the main topic's first fetch
+    (the first receive); with nothing in the main topic that receive must still resume them, so
+    the copy a member left behind comes, within the receive's wait."""
+    url = group_url(kafka_broker, unique_name)
+    with pm.open_topic(url, policy=QUICK) as topic:
+        mid = topic.publish(b"again")
+    with pm.open_subscription(url, policy=QUICK) as first:
+        got: list[pm.Message] = []
+        until = time.monotonic() + 30
+        while not got and time.monotonic() < until:
+            got = first.receive(1, wait=1.0)
+        [m] = got
+        m.nack(delay=0)  # a copy in the retry topic, the original committed
+    with pm.open_subscription(url, policy=QUICK) as second:  # a new member: a new assignment
+        again = second.receive(10, wait=20.0)
+        assert [(x.id, x.delivery_attempt) for x in again] == [(mid, 2)]
+        again[0].ack()
+        assert second.receive(10, wait=1.0) == [], "delivered once"
+
+
 def test_paused_partitions_resume_and_keys_stay_in_order(
     kafka_broker: EmulatorInfo, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
