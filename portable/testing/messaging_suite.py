@@ -353,6 +353,20 @@ class MessagingContract:
         assert subscription.receive(5, wait=0.5) == []
         assert time.monotonic() - started < 0.5 + 20
 
+    def test_receive_returns_as_soon_as_a_message_is_there(self, topic: Topic, subscription: Subscription) -> None:
+        """``receive(max_messages, wait)`` answers once one message is there, not when it has
+        ``max_messages`` or when ``wait`` ends (engine=confluent asked librdkafka for
+        max_messages with the whole wait, and held a ready message for all of it)."""
+        self.empty(subscription)  # a consumer group member joins here
+        mid = topic.publish(b"ready")
+        wait = 30.0
+        started = time.monotonic()
+        got = subscription.receive(1000, wait=wait)
+        took = time.monotonic() - started
+        assert [m.id for m in got] == [mid]
+        assert took < wait / 2, f"receive held a ready message {took:.1f} s of its {wait:.0f} s wait"
+        subscription.ack_many(got)
+
     # -- leases -------------------------------------------------------------
     def test_unacked_message_is_delivered_again_after_its_lease(
         self, topic: Topic, subscription: Subscription
