@@ -38,6 +38,16 @@ def group_url(broker: EmulatorInfo, name: str, partitions: int = 1, engine: str 
     )
 
 
+def _first_message(sub: pm.Subscription, lease: float | None = None) -> pm.Message:
+    """The one message a test published, received within 30 s (the group join included)."""
+    got: list[pm.Message] = []
+    until = time.monotonic() + 30
+    while not got and time.monotonic() < until:
+        got = sub.receive(1, wait=1.0, lease=lease)
+    [m] = got
+    return m
+
+
 # ---------------------------------------------------------------- without a broker
 def test_engine_is_an_option_checked_like_the_others() -> None:
     assert settings("kafka://b:9092/t").engine == "confluent", "the default where confluent-kafka is importable"
@@ -229,11 +239,7 @@ def test_a_new_member_reads_the_retry_copies_it_finds_while_the_main_topic_is_em
     with pm.open_topic(url, policy=QUICK) as topic:
         mid = topic.publish(b"again")
     with pm.open_subscription(url, policy=QUICK) as first:
-        got: list[pm.Message] = []
-        until = time.monotonic() + 30
-        while not got and time.monotonic() < until:
-            got = first.receive(1, wait=1.0)
-        [m] = got
+        m = _first_message(first)
         m.nack(delay=0)  # a copy in the retry topic, the original committed
     with pm.open_subscription(url, policy=QUICK) as second:  # a new member: a new assignment
         again = second.receive(10, wait=20.0)
@@ -369,11 +375,7 @@ def test_a_slow_nack_does_not_eat_into_its_delay(
     with pm.open_topic(url, policy=QUICK) as topic:
         mid = topic.publish(b"later")
     with pm.open_subscription(url, policy=QUICK) as sub:
-        got: list[pm.Message] = []
-        until = time.monotonic() + 30
-        while not got and time.monotonic() < until:
-            got = sub.receive(1, wait=1.0, lease=delay * 4)
-        [m] = got
+        m = _first_message(sub, lease=delay * 4)
         wait_for = engine._wait_for
 
         def slow_wait(*args: object) -> None:
