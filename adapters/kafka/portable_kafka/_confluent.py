@@ -117,7 +117,7 @@ class _Reports:
     of them gets which id changes nothing.
     """
 
-    __slots__ = ("_lock", "_waiting", "items", "out", "prefix")
+    __slots__ = ("_ids", "_lock", "_waiting", "items", "out", "prefix")
 
     #: A C-made callable per record for the other records (key or headers): no Python closure to build.
     per_record = staticmethod(functools.partial)
@@ -127,6 +127,7 @@ class _Reports:
         self.out: list[Any] = [None] * len(items)
         self.prefix = prefix  # TOPIC/
         self._waiting: dict[int, deque[int]] = {}
+        self._ids: dict[int, str] = {}  # partition -> TOPIC/PARTITION/, the start of its records' ids
         self._lock = threading.Lock()  # a search (never in the common case)
 
     def waiting(self, partition: int) -> deque[int]:
@@ -138,19 +139,22 @@ class _Reports:
     def delivered(self, err: Any, msg: Any) -> None:
         """librdkafka's report of a body-only record (in whichever thread polled)."""
         partition = msg.partition()
-        queue = self._waiting.get(partition)
-        value = msg.value() or b""
         try:
-            i = queue.popleft() if queue is not None else -1
-        except IndexError:  # another report took the last one: search
+            i = self._waiting[partition].popleft()
+        except (KeyError, IndexError):  # another report took the last one: search
             i = -1
+        value = msg.value()
         if i < 0 or self.items[i] != value:
-            i = self._search(value, i, queue)
+            queue = self._waiting.get(partition)
+            i = self._search(b"" if value is None else value, i, queue)
             if i < 0:
                 log.error("a delivery report of %s%s matched no record of its batch", self.prefix, partition)
                 return
         if err is None:
-            self.out[i] = f"{self.prefix}{partition}/{msg.offset()}"
+            prefix = self._ids.get(partition)
+            if prefix is None:
+                prefix = self._ids[partition] = f"{self.prefix}{partition}/"
+            self.out[i] = prefix + str(msg.offset())
         else:
             self.out[i] = _explain(err, self.prefix[:-1])
 
@@ -241,12 +245,13 @@ class ConfluentTopic(TopicDriver):
         partition = pool[turn % len(pool)] if pool else -1
         waiting = reports.waiting(partition) if pool else deque()
         produce = producer.produce
+        per_record_bytes = _BATCH_BYTES_PER_RECORD
         for i, message in enumerate(items):
             if type(message) is bytes and pool:  # a body-only message: no OutgoingMessage was made for it
-                room -= len(message) + _BATCH_BYTES_PER_RECORD
+                room -= len(message) + per_record_bytes
                 if room < 0:
                     turn += 1
-                    room = batch_size - len(message) - _BATCH_BYTES_PER_RECORD
+                    room = batch_size - len(message) - per_record_bytes
                     partition = pool[turn % len(pool)]
                     waiting = reports.waiting(partition)
                 waiting.append(i)  # before produce: another thread's poll may serve its report at once
