@@ -627,27 +627,19 @@ def test_an_error_and_a_cancel_on_s3fs_loop_reach_the_caller_as_on_the_sync_face
 
 # ---------------------------------------------------------------- obstore: which path a single call takes
 def test_obstore_small_single_calls_run_on_batch_workers_and_a_deadline_keeps_them_on_the_loop(
-    aws: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    aws: dict[str, str], obstore_relays: list[object]
 ) -> None:
     """Small whole-object gets and puts without a deadline are obstore's blocking calls on the batch
     workers (portable.driver.fanout.relay_blocking: less client CPU than its coroutines); a body over
     64 KiB, or a deadline (which must be able to cut the request short), keeps obstore's coroutine
     on the loop. The bytes are checked with boto3 both ways."""
     import boto3  # type: ignore[import-untyped,unused-ignore]
-    import portable_obstore._aio as native
 
     from portable.resilience import deadline
 
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     engine = _s3_engine(aws, prefix, "obstore")
-    relayed: list[object] = []
-    real = native.relay_blocking
-
-    def counting(fn: Any, arg: Any) -> Any:
-        relayed.append(arg)
-        return real(fn, arg)
-
-    monkeypatch.setattr(native, "relay_blocking", counting)
+    relayed = obstore_relays
     big = bytes(range(256)) * 400  # 100 KiB
     bucket = open_bucket(engine.url)
     # moto over http:// would take the S3 fast read path (tests/adapters/obstore/test_s3_fast_reads.py);

@@ -388,22 +388,12 @@ def test_the_opendal_engine_keeps_its_own_reads(s3_bucket: str, s3_query: str) -
 
 # ---------------------------------------------------------------- the async face
 def test_the_async_face_reads_on_the_callers_loop_with_no_thread(
-    s3s: dict[str, str], prefix: str, monkeypatch: pytest.MonkeyPatch
+    s3s: dict[str, str], prefix: str, obstore_relays: list[object]
 ) -> None:
-    import portable_obstore._aio as native
-
     import portable.aio
 
     client = _s3s_client(s3s)
     bodies = _write_odd_keys(client, s3s["bucket"], prefix)
-    relayed: list[object] = []
-    real = native.relay_blocking
-
-    def counting(fn: Any, arg: Any) -> Any:
-        relayed.append(arg)
-        return real(fn, arg)
-
-    monkeypatch.setattr(native, "relay_blocking", counting)
 
     async def main() -> None:
         bucket = portable.aio.open_bucket(
@@ -418,7 +408,7 @@ def test_the_async_face_reads_on_the_callers_loop_with_no_thread(
             with pytest.raises(NotFound):
                 await bucket.get("missing")
             assert await bucket.get_many(["plain", "missing"], missing_ok=True) == {"plain": bodies["plain"]}
-            assert fast.handed_over == 0 and relayed == [], "no read went through obstore or a relay thread"
+            assert fast.handed_over == 0 and obstore_relays == [], "no read went through obstore or a relay thread"
             assert fast._pools.get(asyncio.get_running_loop()), "this loop's own connections, kept alive"
         finally:
             await bucket.aclose()
