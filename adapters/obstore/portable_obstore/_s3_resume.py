@@ -15,33 +15,17 @@ from __future__ import annotations
 
 import datetime as dt
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from portable.driver.http import listed_parts, md5_of_etag, normal_etag
 from portable.driver.storage import PersistedPart, ResumableWriteStream, WriteOptions
 
+if TYPE_CHECKING:
+    from ._s3_signed import _SignedS3
+
 __all__ = ["CompleteFailed", "S3ResumableWrite"]
 
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
-
-
-class _Signer(Protocol):
-    def send(
-        self,
-        what: str,
-        method: str,
-        key: str | None,
-        query: list[tuple[str, str]],
-        headers: Mapping[str, str] | None = None,
-        body: bytes = b"",
-    ) -> tuple[dict[str, str], bytes]: ...
-
-    def multipart_uploads(self, prefix: str) -> Iterator[tuple[str, str, dt.datetime | None]]: ...
-
-    def abort_upload(self, full_key: str, upload_id: str) -> bool: ...
-
-    def put_object(self, full_key: str, data: bytes, options: WriteOptions) -> str | None: ...
 
 
 class CompleteFailed(Exception):
@@ -68,7 +52,7 @@ class S3ResumableWrite(ResumableWriteStream):
     commits as one PutObject.
     """
 
-    def __init__(self, signer: _Signer, full_key: str, options: WriteOptions) -> None:
+    def __init__(self, signer: _SignedS3, full_key: str, options: WriteOptions) -> None:
         self._signer = signer
         self._key = full_key
         self._options = options
