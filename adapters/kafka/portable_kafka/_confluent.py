@@ -19,7 +19,6 @@ records are librdkafka's to drop and fetch again on resume.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import functools
 import logging
 import random
@@ -37,7 +36,7 @@ from ._confluent_config import confluent_consumer_config
 from ._publish import _BATCH_BYTES_PER_RECORD
 from ._rebalance import Rebalancing
 from ._receive import _NO_ATTRIBUTES, _Delivery, plain_attributes
-from ._records import record_id, to_headers
+from ._records import INTERNAL_PREFIX, epoch_ms, record_id, to_headers
 
 if TYPE_CHECKING:
     from .kafka import KafkaMessaging
@@ -54,6 +53,15 @@ _RETRY_PARKED_FOR = 0.1
 
 #: A record with headers, in the shape :meth:`LocalLeases._delivery_with_headers` reads.
 _Record = namedtuple("_Record", "offset timestamp key value headers")
+
+
+def _consume_error(error: Any) -> None:
+    """A message that carries an error: skip a partition's end (not asked for), raise any other."""
+    from confluent_kafka import KafkaException
+
+    if error.code() == -191:  # _PARTITION_EOF
+        return
+    raise KafkaException(error)
 
 
 def _explain(error: Any, topic: str) -> BaseException:
@@ -431,6 +439,44 @@ class ConfluentSubscription(Rebalancing):
     def _track_consumed(self, messages: list[Any]) -> None:
         """Track librdkafka's messages as the kafka-python engine tracks its records (caller holds _poll_lock).
 
+        In C where the extension is built (:func:`._receive.speedups`), else :meth:`_track_in_python`;
+        both make the same deliveries, in the same order, with the same bookkeeping.
+        """
+        fast = self._speedups
+        if fast is None:
+            self._track_in_python(messages)
+            return
+        out: list[_Delivery] = []
+        with self._state:
+            try:
+                fast.track(
+                    messages, out, self._handles, self._partition_run, self._with_headers, _consume_error,
+                    _NO_ATTRIBUTES, INTERNAL_PREFIX,
+                )  # fmt: skip
+            finally:
+                self._ready.extend(out)
+
+    def _partition_run(self, topic: str, partition: int) -> tuple[Any, Any, str, int] | None:
+        """The C tracking's view of a partition: its TopicPartition, progress, id prefix and highest
+        fetched offset; None when it was revoked meanwhile (caller holds _state)."""
+        tp = self._tps.get((topic, partition)) or self._tp_of(topic, partition)
+        progress = self._progress.get(tp)
+        if progress is None:
+            return None
+        return tp, progress, f"{topic}/{partition}/", progress.last_fetched()
+
+    def _with_headers(self, msg: Any, tp: Any, offset: int, headers: list[Any]) -> _Delivery | None:
+        """The C tracking's full path: the delivery of a record with headers of this driver's own (a
+        retry copy) or a null header value, or None when it is held until due (caller holds _state)."""
+        record = _Record(offset, msg.timestamp()[1], msg.key(), msg.value(), headers)
+        delivery = self._delivery_with_headers(tp, record)
+        if not delivery.due or not self._hold(delivery, epoch_ms()):
+            return delivery
+        return None
+
+    def _track_in_python(self, messages: list[Any]) -> None:
+        """:meth:`_track_consumed` in Python: the reference ``_speedups.c`` follows.
+
         This runs once per message at full rate, so the common one (no headers, or
         only the application's) becomes its delivery inline: the fields
         :meth:`_Delivery.__init__` sets, stored here without the call.
@@ -441,7 +487,6 @@ class ConfluentSubscription(Rebalancing):
         handle = self._handles.__next__
         new = _Delivery.__new__
         with self._state:
-            last_ms, last_time = self._last_publish_ms, self._last_publish_time
             progress_of = self._progress.get
             topic: Any = None
             partition = -1
@@ -450,67 +495,66 @@ class ConfluentSubscription(Rebalancing):
             prefix = ""
             last = -1  # the current partition's highest fetched offset
             fetched: list[int] = []  # the current partition's new offsets, for its progress
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == -191:  # _PARTITION_EOF (not asked for)
-                        continue
-                    raise KafkaException(err)
-                if msg.partition() != partition or msg.topic() != topic:
-                    if fetched:
-                        progress.add_fetched(fetched)
-                        fetched = []
-                    topic, partition = msg.topic(), msg.partition()
-                    tp = self._tps.get((topic, partition)) or self._tp_of(topic, partition)
-                    progress = progress_of(tp)
-                    prefix = f"{topic}/{partition}/"
-                    last = -1 if progress is None else progress.last_fetched()
-                if progress is None:
-                    continue  # revoked meanwhile
-                offset = msg.offset()
-                if offset <= last:
-                    continue  # a refetch
-                last = offset
-                fetched.append(offset)
-                headers = msg.headers()
-                attributes: Mapping[str, str] = _NO_ATTRIBUTES
-                if headers:
-                    plain = plain_attributes(headers)
-                    if plain is None:  # a retry copy (this driver's headers), or a null value
-                        record = _Record(offset, msg.timestamp()[1], msg.key(), msg.value(), headers)
-                        self._track_with_headers(tp, record)
-                        continue
-                    attributes, headers = plain, tuple(headers)
-                else:
-                    headers = ()
-                published = msg.timestamp()[1]
-                if published != last_ms:
-                    last_ms = published
-                    last_time = dt.datetime.fromtimestamp(max(published, 0) / 1000.0, dt.UTC)
-                delivery = new(_Delivery)
-                value = msg.value()
-                if value is None:  # a tombstone, read as b""
-                    delivery._body = b""
-                    delivery._tombstone = True
-                else:
-                    delivery._body = value
-                    delivery._tombstone = False
-                key = msg.key()
-                delivery._key = None if key is None else key.decode("utf-8", "replace")
-                delivery._key_bytes = key
-                delivery._id = prefix + str(offset)
-                delivery._attributes = attributes
-                delivery._published = last_time
-                delivery._attempt = 1
-                delivery._handle = handle()
-                delivery._headers = headers
-                delivery.tp = tp
-                delivery.offset = offset
-                delivery.due = 0.0
-                ready(delivery)
-            if fetched:
-                progress.add_fetched(fetched)
-            self._last_publish_ms, self._last_publish_time = last_ms, last_time
+            try:
+                for msg in messages:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == -191:  # _PARTITION_EOF (not asked for)
+                            continue
+                        raise KafkaException(err)
+                    if msg.partition() != partition or msg.topic() != topic:
+                        if fetched:
+                            progress.add_fetched(fetched)
+                            fetched = []
+                        topic, partition = msg.topic(), msg.partition()
+                        tp = self._tps.get((topic, partition)) or self._tp_of(topic, partition)
+                        progress = progress_of(tp)
+                        prefix = f"{topic}/{partition}/"
+                        last = -1 if progress is None else progress.last_fetched()
+                    if progress is None:
+                        continue  # revoked meanwhile
+                    offset = msg.offset()
+                    if offset <= last:
+                        continue  # a refetch
+                    last = offset
+                    fetched.append(offset)
+                    headers = msg.headers()
+                    attributes: Mapping[str, str] = _NO_ATTRIBUTES
+                    if headers:
+                        plain = plain_attributes(headers)
+                        if plain is None:  # a retry copy (this driver's headers), or a null value
+                            record = _Record(
+                                offset, msg.timestamp()[1], msg.key(), msg.value(), headers
+                            )
+                            self._track_with_headers(tp, record)
+                            continue
+                        attributes, headers = plain, tuple(headers)
+                    else:
+                        headers = ()
+                    delivery = new(_Delivery)
+                    value = msg.value()
+                    if value is None:  # a tombstone, read as b""
+                        delivery._body = b""
+                        delivery._tombstone = True
+                    else:
+                        delivery._body = value
+                        delivery._tombstone = False
+                    key = msg.key()
+                    delivery._key = None if key is None else key.decode("utf-8", "replace")
+                    delivery._key_bytes = key
+                    delivery._id = prefix + str(offset)
+                    delivery._attributes = attributes
+                    delivery._stamped = msg  # publish_time reads its timestamp when asked
+                    delivery._attempt = 1
+                    delivery._handle = handle()
+                    delivery._headers = headers
+                    delivery.tp = tp
+                    delivery.offset = offset
+                    delivery.due = 0.0
+                    ready(delivery)
+            finally:  # also when a message's error raises: the offsets of the deliveries made
+                if fetched:
+                    progress.add_fetched(fetched)
 
     # -- flow control: librdkafka's pause drops the partition's buffered messages, and resume
     # fetches again from the position (the offset after the last message consume returned)

@@ -21,6 +21,7 @@ import heapq
 import itertools
 import logging
 import operator
+import os
 import threading
 import time
 from collections import deque
@@ -68,8 +69,9 @@ class _Delivery(Delivery):
     record is a new object with a new token, and a stale handle finds nothing.
     """
 
-    __slots__ = ("batch", "due", "lease_ends", "offset", "tp")
+    __slots__ = ("_stamped", "batch", "due", "lease_ends", "offset", "tp")
 
+    _stamped: Any  # engine=confluent: the librdkafka Message, whose timestamp publish_time reads when asked
     tp: Any  # kafka.TopicPartition
     offset: int
     due: float  # held copies: epoch ms from the header, then time.monotonic() when due
@@ -109,6 +111,18 @@ class _Delivery(Delivery):
         self.tp = tp
         self.offset = offset
         self.due = due
+
+    @property
+    def publish_time(self) -> dt.datetime:
+        """When the record was appended (its timestamp, UTC). The confluent engine makes it
+        when first asked, from the Message it keeps (few handlers read it, and a datetime a
+        message costs about 0.05 us)."""
+        try:
+            return self._published
+        except AttributeError:
+            stamp: int = self._stamped.timestamp()[1]
+            when = self._published = dt.datetime.fromtimestamp(max(stamp, 0) / 1000.0, dt.UTC)
+            return when
 
 
 class _LeaseBatch:
@@ -189,6 +203,29 @@ def _unpark_resumed(consumer: Any) -> None:
         parked.pop(tp).drain()
 
 
+@functools.cache
+def speedups() -> Any:
+    """``portable_kafka._speedups`` (``_speedups.c``): the per-message loops of tracking
+    (engine=confluent), leasing and acking in C, bound to ``_Delivery``, ``_LeaseBatch``
+    and confluent-kafka's Message where it is installed; or None where the distribution
+    was installed without a C compiler. The engines then run the same loops in Python,
+    which ``_speedups.c`` follows line for line (tests run both). ``PORTABLE_KAFKA_SPEEDUPS=0``
+    in the environment makes new subscriptions use the Python loops too."""
+    try:
+        from . import _speedups  # type: ignore[attr-defined]
+    except ImportError as exc:
+        log.debug(
+            "portable_kafka._speedups is not built (%s): the per-message loops run in Python", exc
+        )
+        return None
+    try:
+        from confluent_kafka import Message
+    except ImportError:  # the kafka-python engine alone: no track()
+        Message = None
+    _speedups.bind(_Delivery, _LeaseBatch, Message)
+    return _speedups
+
+
 class LocalLeases(SubscriptionDriver):
     """Fetched records inside this member: ready, held, key-blocked or leased.
 
@@ -203,6 +240,10 @@ class LocalLeases(SubscriptionDriver):
     def __init__(self) -> None:
         self._poll_lock = threading.RLock()
         self._state = threading.Lock()
+        #: the per-message loops in C (speedups()), or None: in Python
+        self._speedups: Any = (
+            None if os.environ.get("PORTABLE_KAFKA_SPEEDUPS") == "0" else speedups()
+        )
         self._progress: dict[Any, PartitionProgress] = {}  # assigned tp -> its fetched offsets
         self._leased: dict[int, _Delivery] = {}  # handle -> delivery in flight
         self._ready: deque[_Delivery] = deque()
@@ -352,7 +393,7 @@ class LocalLeases(SubscriptionDriver):
     def _next_attempt(self, old: _Delivery) -> _Delivery:
         """The next delivery of the record ``old`` delivered: the next attempt, a new handle."""
         return _Delivery(
-            old._id, None if old._tombstone else old._body, old._attributes, old._key, old._published,
+            old._id, None if old._tombstone else old._body, old._attributes, old._key, old.publish_time,
             old._attempt + 1, next(self._handles), old.tp, old.offset, old._key_bytes, 0.0, old._headers,
         )  # fmt: skip
 
@@ -377,24 +418,33 @@ class LocalLeases(SubscriptionDriver):
             leased = self._leased
             ends = now + lease
             lease_batch = _LeaseBatch(taken)
-            take = ready.popleft
-            add = taken.append
-            while ready and len(taken) < max_messages:
-                delivery = take()
-                key = delivery._key
-                if key is not None:
-                    if key in busy:
-                        self._key_blocked.setdefault(key, deque()).append(delivery)
-                        continue
-                    busy.add(key)
-                delivery.lease_ends = ends
-                delivery.batch = lease_batch
-                leased[delivery._handle] = delivery
-                add(delivery)
+            if self._speedups is not None:
+                self._speedups.lease(
+                    ready, max_messages, taken, lease_batch, ends, leased, busy, self._block
+                )
+            else:
+                take = ready.popleft
+                add = taken.append
+                while ready and len(taken) < max_messages:
+                    delivery = take()
+                    key = delivery._key
+                    if key is not None:
+                        if key in busy:
+                            self._block(key, delivery)
+                            continue
+                        busy.add(key)
+                    delivery.lease_ends = ends
+                    delivery.batch = lease_batch
+                    leased[delivery._handle] = delivery
+                    add(delivery)
             if taken:
                 lease_batch.left = len(taken)
                 heapq.heappush(self._leases, (ends, next(self._tiebreak), lease_batch))
         return taken
+
+    def _block(self, key: str, delivery: _Delivery) -> None:
+        """Hold ``delivery`` behind the delivery of its key in flight (caller holds _state)."""
+        self._key_blocked.setdefault(key, deque()).append(delivery)
 
     def _take_back_expired(self, now: float) -> None:
         """Take back deliveries whose lease ended; they go first, ahead of their key (caller holds _state)."""

@@ -101,16 +101,19 @@ def test_librdkafka_errors_get_the_same_codes() -> None:
     assert not driver.is_retryable(confluent_kafka.KafkaException(K(K.TOPIC_AUTHORIZATION_FAILED)))
 
 
-def test_a_delivery_tracked_inline_has_every_field_its_constructor_sets() -> None:
-    """_track_consumed builds the common delivery without _Delivery.__init__ (a hot path): every
-    slot must hold what the constructor would put there, so a slot added to one and not the
-    other fails here, not on some later read. Records made by confluent-kafka, no broker."""
+@pytest.mark.parametrize("fast", [False, True], ids=["python", "c"])
+def test_a_delivery_tracked_inline_has_every_field_its_constructor_sets(fast: bool) -> None:
+    """_track_consumed builds the common delivery without _Delivery.__init__ (a hot path, in C
+    or in Python): every slot must hold what the constructor would put there, so a slot added to
+    one and not the other fails here, not on some later read. Records made by confluent-kafka,
+    no broker. publish_time is made when first read, from the record kept in ``_stamped``."""
     from kafka.structs import TopicPartition
     from portable_kafka._confluent import ConfluentSubscription
-    from portable_kafka._receive import _NO_ATTRIBUTES, LocalLeases, _Delivery
+    from portable_kafka._receive import _NO_ATTRIBUTES, LocalLeases, _Delivery, speedups
 
     sub = ConfluentSubscription.__new__(ConfluentSubscription)
     LocalLeases.__init__(sub)
+    sub._speedups = speedups() if fast else None
     sub._tp, sub._tps = TopicPartition, {}
     tp = sub._tp_of("t", 2)
     sub._progress[tp] = PartitionProgress(epoch=1)
@@ -121,10 +124,11 @@ def test_a_delivery_tracked_inline_has_every_field_its_constructor_sets() -> Non
     ]  # fmt: skip
     sub._track_consumed(records)
     inline = list(sub._ready)
+    assert not hasattr(inline[0], "_published")  # until read
     expected = [
-        _Delivery("t/2/7", b"v", _NO_ATTRIBUTES, "k\ufffd", inline[0]._published, 1, inline[0]._handle, tp, 7,
+        _Delivery("t/2/7", b"v", _NO_ATTRIBUTES, "k\ufffd", inline[0].publish_time, 1, inline[0]._handle, tp, 7,
                   b"k\xff", 0.0, ()),
-        _Delivery("t/2/8", None, {"a": "2"}, None, inline[1]._published, 1, inline[1]._handle, tp, 8, None, 0.0,
+        _Delivery("t/2/8", None, {"a": "2"}, None, inline[1].publish_time, 1, inline[1]._handle, tp, 8, None, 0.0,
                   (("a", b"1"), ("a", b"2"))),
     ]  # fmt: skip
     slots = [n for cls in type(expected[0]).__mro__ for n in getattr(cls, "__slots__", ())]
@@ -133,6 +137,7 @@ def test_a_delivery_tracked_inline_has_every_field_its_constructor_sets() -> Non
     for got, want in zip(inline, expected, strict=True):
         assert {n: getattr(got, n) for n in set_by_init} == {n: getattr(want, n) for n in set_by_init}
     assert inline[0].publish_time.timestamp() == 1_700_000_000.123
+    assert inline[1].publish_time.timestamp() == 1_700_000_000.124
     assert sub._progress[tp].last_fetched() == 8
 
 
