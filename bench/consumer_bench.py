@@ -249,6 +249,8 @@ class KafkaBench:
         consumer = Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+            # the two fetch settings portable's engine changes (_confluent_config.py): same settings
+            "fetch.queue.backoff.ms": 20, "fetch.wait.max.ms": 100,
         })  # fmt: skip
         dedup = RawDedup(f"{self.dir}/idem-r{uuid.uuid4().hex[:6]}.db")
         got = 0
@@ -402,8 +404,9 @@ def main() -> None:
   (a shared machine: the contestants alternate round by round, so a busy neighbour slows both).
 - Same durability: each idempotency table is its own sqlite file, WAL, `synchronous=NORMAL`. The raw loops
   commit twice per receive batch (up to 1,000: claim the new keys, then mark them done), then ack the batch.
-  portable commits twice per window of 256 messages (`claim_many`, `complete_many`), then acks the window:
-  more commits than the raw loop (4 windows per 1,000), which bounds what a crash re-handles to one window.
+  portable commits twice per window of 256 messages (`claim_many`, `complete_many`), then acks the batch
+  after its last window: more store commits than the raw loop (4 windows per 1,000), which bounds what a
+  crash re-handles to one window.
 - sqlite:// raw peer: portable's own queue driver with no loop (receive(1000) and ack_many on the same
   file), so the figure is what the loop, its store and its guards cost over the queue they drive.
 - kafka://: the confluent engine (its own receive + ack figures: bench/kafka_bench.py); the second

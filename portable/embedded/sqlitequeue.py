@@ -68,6 +68,7 @@ from .._sqlite_tools import enable_wal, immediate
 from ..driver import ErrorCode
 from ..driver.messaging import (
     DEAD_LETTER_ATTRIBUTES,
+    Delivery,
     MessagingDriver,
     OutgoingMessage,
     QueueStats,
@@ -324,7 +325,7 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         return out
 
     # -- receiving -------------------------------------------------------
-    def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage]:
+    def receive(self, max_messages: int, wait: float, lease: float) -> list[Delivery]:
         until = time.monotonic() + wait
         pause = 0.005
         while True:
@@ -338,7 +339,7 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
                 self._wake.wait(min(left, pause))
             pause = min(pause * 2, 0.05)
 
-    def _take(self, max_messages: int, lease: float) -> list[ReceivedMessage]:
+    def _take(self, max_messages: int, lease: float) -> list[Delivery]:
         conn = self._conn()
         now = time.time()
         if conn.execute(self._sql_ready, (self.name, now)).fetchone() is None:
@@ -347,21 +348,23 @@ class SqliteMessaging(MessagingDriver, TopicDriver, SubscriptionDriver):
         with self._write() as conn:
             rows = conn.execute(self._sql_take, (token, now + lease, self.name, now, max_messages)).fetchall()
         rows.sort()
-        out: list[ReceivedMessage] = []
+        # Delivery objects, not ReceivedMessage records: the Subscription adopts them as they are
+        out: list[Delivery] = []
+        new, utc, fromtimestamp, loads = Delivery.__new__, dt.UTC, dt.datetime.fromtimestamp, json.loads
         for rowid, mid, body, attrs, key, published, attempts in rows:
-            attributes: dict[str, str] = json.loads(attrs) if attrs else {}
-            out.append(
-                ReceivedMessage(
-                    mid,
-                    body,
-                    attributes,
-                    key,
-                    dt.datetime.fromtimestamp(published, dt.UTC),
-                    attempts,
-                    (rowid, token),
-                    tuple([(name, value.encode("utf-8")) for name, value in attributes.items()]),
-                )
-            )
+            attributes: dict[str, str] = loads(attrs) if attrs else {}
+            d = new(Delivery)
+            d._id = mid
+            d._body = body
+            d._attributes = attributes
+            d._key = key
+            d._published = fromtimestamp(published, utc)
+            d._attempt = attempts
+            d._handle = (rowid, token)
+            d._headers = tuple([(name, value.encode("utf-8")) for name, value in attributes.items()])
+            d._key_bytes = None
+            d._tombstone = False
+            out.append(d)
         return out
 
     def _lost(self, handle: Any) -> PreconditionFailed:

@@ -83,6 +83,35 @@ _INSERT = (
     "INTO portable_idempotency (key, fingerprint, token, completed, lease_until, expires_at, ttl, result, "
     "starts, failures, released) VALUES (?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, 0)"
 )
+#: a multi-row INSERT of new claims, ``_INSERT_ROW`` once per row (6 parameters a row)
+_INSERT_MANY = (
+    "INSERT OR IGNORE INTO portable_idempotency (key, fingerprint, token, lease_until, expires_at, ttl, "
+    "completed, result, starts, failures, released) VALUES "
+)
+_INSERT_ROW = "(?, ?, ?, ?, ?, ?, 0, NULL, 1, 0, 0)"
+#: rows per multi-row statement: within SQLite's 999 parameters before 3.32
+_ROWS_PER_INSERT = 160
+_ROWS_PER_UPDATE = 480
+_new_claim = Claim.__new__
+_set_status, _set_token, _set_result, _set_lease, _set_starts, _set_failures = (
+    Claim.__dict__[name].__set__ for name in ("status", "token", "result", "lease_remaining", "starts", "failures")
+)
+
+
+def _acquired(token: str, lease: float) -> Claim:
+    """``Claim("acquired", token, None, lease, 1, 0)`` in half the time: a new key's claim, made
+    once per message at full rate (the frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``; this sets its slots)."""
+    claim = _new_claim(Claim)
+    _set_status(claim, "acquired")
+    _set_token(claim, token)
+    _set_result(claim, None)
+    _set_lease(claim, lease)
+    _set_starts(claim, 1)
+    _set_failures(claim, 0)
+    return claim
+
+
 #: the claim ``token`` is still the key's current one, neither completed nor given up
 _HELD = "key = ? AND token = ? AND completed = 0 AND released = 0 AND expires_at > ?"
 
@@ -246,7 +275,7 @@ class SqliteStore:
         Raises:
             InvalidArgument: a bad pair (nothing is claimed).
         """
-        pairs = list(items)
+        pairs = items if type(items) is list else list(items)
         for key, fp in pairs:
             check_claim_args(key, fp, lease, ttl)
         out: list[Claim | IdempotencyConflict] = []
@@ -256,11 +285,20 @@ class SqliteStore:
             first: dict[str, int] = {}  # each key's first pair in the batch
             for i, (key, _) in enumerate(pairs):
                 first.setdefault(key, i)
-            # the common case, all keys new: one statement; the rowcount says whether it was so
-            inserted = conn.executemany(
-                "INSERT OR IGNORE " + _INSERT,
-                [(key, pairs[i][1], tokens[i], now + lease, now + ttl, ttl, 1, 0) for key, i in first.items()],
-            ).rowcount
+            # the common case, all keys new: a few multi-row statements; the rowcount says whether it was so
+            until, expires = now + lease, now + ttl
+            if len(first) == len(pairs):
+                rows = [(key, fp, token, until, expires, ttl) for (key, fp), token in zip(pairs, tokens, strict=True)]
+            else:
+                rows = [(key, pairs[i][1], tokens[i], until, expires, ttl) for key, i in first.items()]
+            inserted = 0
+            for start in range(0, len(rows), _ROWS_PER_INSERT):
+                values = rows[start : start + _ROWS_PER_INSERT]
+                inserted += conn.execute(
+                    _INSERT_MANY + ",".join([_INSERT_ROW] * len(values)), [v for row in values for v in row]
+                ).rowcount
+            if inserted == len(pairs):  # every pair a new key (so no key twice): all acquired
+                return [_acquired(token, lease) for token in tokens]
             mine: set[int] = set(first.values())
             if inserted != len(first):  # some keys had records: which rows hold this batch's tokens?
                 mine = set()
@@ -275,7 +313,7 @@ class SqliteStore:
                             mine.add(first[key])
             for i, (key, fp) in enumerate(pairs):
                 if i in mine:
-                    out.append(Claim("acquired", tokens[i], None, lease, 1, 0))
+                    out.append(_acquired(tokens[i], lease))
                     continue
                 try:
                     out.append(self._claim_locked(conn, key, fp, tokens[i], lease, ttl))
@@ -309,12 +347,23 @@ class SqliteStore:
             return out
         with self._immediate() as conn:
             now = self._clock()
-            rows = [(result, now, key, token, now) for result, _, key, token, _ in rows]
-            changed = conn.executemany(
-                "UPDATE portable_idempotency SET completed = 1, result = ?, expires_at = MAX(expires_at, ? + ttl) "
-                "WHERE " + _HELD,
-                rows,
-            ).rowcount
+            changed = 0
+            plain = [row for row in rows if row[0] is None]  # no result (the common case): one statement per chunk
+            if len(plain) < len(rows):
+                changed += conn.executemany(
+                    "UPDATE portable_idempotency SET completed = 1, result = ?, expires_at = MAX(expires_at, ? + ttl) "
+                    "WHERE " + _HELD,
+                    [(result, now, key, token, now) for result, _, key, token, _ in rows if result is not None],
+                ).rowcount
+            # key IN (...) AND token IN (...) is each (key, token) pair: a token is written only to its own key
+            for start in range(0, len(plain), _ROWS_PER_UPDATE):
+                chunk = plain[start : start + _ROWS_PER_UPDATE]
+                marks = ",".join("?" * len(chunk))
+                changed += conn.execute(
+                    f"UPDATE portable_idempotency SET completed = 1, expires_at = MAX(expires_at, ? + ttl) "
+                    f"WHERE key IN ({marks}) AND token IN ({marks}) AND completed = 0 AND released = 0 AND expires_at > ?",
+                    [now, *[row[2] for row in chunk], *[row[3] for row in chunk], now],
+                ).rowcount
             if changed != len(rows):  # some claim was lost, or completed before: find out which
                 for i, (_, _, key, token, _) in zip(where, rows, strict=True):
                     if not self._in_state(conn, key, token, "completed = 1"):

@@ -350,7 +350,7 @@ class ConsumerLoop:
         self.batched = options.concurrency == 1
         # None unless tracing or metrics are on (see portable.telemetry._propagation)
         self.telemetry = ConsumerTelemetry.of(sub.provider, sub._guard.target, redact(sub.url), sub.stats)
-        # a batched run claims, completes and acks per window; with telemetry on, each message's
+        # a batched run claims and completes per window and acks per batch; with telemetry on, each message's
         # claim, completion and ack are made inside its process span, one by one (the batch
         # receive and the one worker thread stay)
         self.per_window = self.batched and self.telemetry is None
@@ -419,7 +419,8 @@ class ConsumerLoop:
     def _batch_worker(self) -> None:
         """Receive a batch and run the handler on each message in turn, on this thread, claiming
         the keys of each window of :data:`CLAIM_WINDOW` messages at once before the window runs
-        and writing its completions at once, then its acks at once, after it.
+        and writing its completions at once after it; the batch's acks go at once after its last
+        window's completions (one queue commit a batch, not one a window).
 
         A message is acked only after its completion is written (a crash in between
         leaves a completed key: the redelivery is skipped). A crash mid-window leaves the
@@ -482,8 +483,9 @@ class ConsumerLoop:
                     return handled
                 if left == 0:
                     assert claims is not None
-                    self._flush(window)
-                    window = []
+                    # the window's completions now (a crash from here on skips its messages); their
+                    # acks with the batch's last window (one queue commit a batch, not one a window)
+                    self._flush_completes()
                     try:
                         upcoming = [message, *itertools.islice(queue, CLAIM_WINDOW - 1)]
                     except RuntimeError:  # the caller is taking the queue back (stopping)
