@@ -282,3 +282,58 @@ def test_a_stop_mid_batch_gives_back_the_unstarted_messages_and_their_claims(tmp
     assert set(handled) == set(keys) - set(first) and len(handled) == 99
     starts = dict(sqlite3.connect(tmp_path / "idem.db").execute("SELECT key, starts FROM portable_idempotency"))
     assert all(starts[k] == 1 for k in handled), "a claim given back unstarted counted a start"
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_batch_is_acked_once_after_its_windows_and_a_repeated_key_is_skipped_not_deferred(
+    tmp_path: Path, unique_name: str, face: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """700 messages, one key every 50th (the others their own): windows of 256 complete before the
+    next window claims, so each repeat meets "completed" (skipped, never deferred), and each
+    received batch is acked in one driver call after its last window's completions."""
+    import asyncio
+
+    from portable import aio
+    from portable.embedded.sqlitequeue import SqliteMessaging as SqliteQueueDriver
+
+    url = f"sqlite://{tmp_path / 'q.db'}?name={unique_name}"
+    keys = ["again" if i % 50 == 0 else f"k-{i}" for i in range(700)]
+    _publish(url, keys)
+    calls = {"receive": 0, "ack_many": 0}
+    receive, ack_many = SqliteQueueDriver.receive, SqliteQueueDriver.ack_many
+
+    def counted_receive(self: Any, *args: Any) -> Any:
+        got = receive(self, *args)
+        calls["receive"] += bool(got)
+        return got
+
+    def counted_ack_many(self: Any, handles: Any) -> Any:
+        calls["ack_many"] += 1
+        return ack_many(self, handles)
+
+    monkeypatch.setattr(SqliteQueueDriver, "receive", counted_receive)
+    monkeypatch.setattr(SqliteQueueDriver, "ack_many", counted_ack_many)
+    handled: Counter[str] = Counter()
+    store = SqliteStore(tmp_path / "idem.db")
+    options: dict[str, Any] = {"idempotency": store, "idempotency_key": _body}
+    if face == "sync":
+        stats = _run_until(pm.open_subscription(url), lambda m: handled.update([m.body.decode()]),
+                           lambda: sum(handled.values()) == 700 - 13, **options)  # fmt: skip
+    else:
+
+        async def main() -> pm.RunStats:
+            stop = asyncio.Event()
+
+            async def handler(m: aio.AsyncMessage) -> None:
+                handled.update([m.body.decode()])
+                if sum(handled.values()) == 700 - 13:
+                    asyncio.get_running_loop().call_later(0.3, stop.set)
+
+            async with aio.open_subscription(url) as sub:
+                return await sub.run(handler, stop_event=stop, handle_signals=False, poll=0.1, **options)
+
+        stats = asyncio.run(asyncio.wait_for(main(), 60))
+    assert handled["again"] == 1 and max(handled.values()) == 1 and len(handled) == 687
+    assert stats.skipped == 13 and stats.deferred == 0
+    assert stats.acked == 700
+    assert calls["ack_many"] == calls["receive"] > 0, calls
