@@ -20,7 +20,8 @@ portable, raw, ...) on the same messages (N of 200 B, each with its own idempote
   bench/kafka_bench.py does). portable: ``sub.run(..., idempotency=SqliteStore)`` on the
   confluent engine. raw: a ``confluent_kafka.Consumer`` loop,
   ``consume(1000)``, the dedup table, then an asynchronous ``commit`` of the batch's offsets
-  (portable's engine commits asynchronously too). Each round reads one topic, both
+  (portable's engine commits asynchronously too), with the two fetch settings portable's engine
+  changes from librdkafka's defaults (``fetch.queue.backoff.ms=20``, ``fetch.wait.max.ms=100``). Each round reads one topic, both
   contestants in fresh consumer groups. Two figures: the group join inside both timings,
   and from the first message on (the join excluded: the engine's join is not the loop's).
 

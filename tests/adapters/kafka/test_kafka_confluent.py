@@ -269,6 +269,34 @@ def test_a_receive_returns_when_its_first_message_comes_not_when_its_wait_ends(
         got[0].ack()
 
 
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "left-unclosed"])
+def test_a_subscription_dropped_with_messages_in_flight_is_collected(
+    kafka_broker: EmulatorInfo, unique_name: str, closed: bool
+) -> None:
+    """Each delivery refers to its lease batch and its subscription's settler, which refer back to
+    it while it is leased: the cycle collector must see every delivery, or a subscription dropped
+    with messages in flight (closed, or left unclosed) is never freed. The C tracking untracks only
+    the librdkafka record a delivery keeps (no cycle can pass through it)."""
+    import gc
+    import weakref
+
+    url = group_url(kafka_broker, unique_name)
+    with pm.open_topic(url, policy=QUICK) as topic:
+        topic.publish_batch([b"a", b"b", b"c"])
+    sub = pm.open_subscription(url, policy=QUICK)
+    m = _first_message(sub)
+    if sub._side._speedups is not None:  # type: ignore[attr-defined]
+        assert not gc.is_tracked(m._stamped)  # type: ignore[attr-defined]
+    assert gc.is_tracked(m)
+    driver = weakref.ref(sub._side)  # type: ignore[attr-defined]
+    if closed:
+        sub.close()
+    del sub, m
+    for _ in range(3):
+        gc.collect()
+    assert driver() is None, "the subscription's driver outlived every reference to it"
+
+
 def test_a_new_member_reads_the_retry_copies_it_finds_while_the_main_topic_is_empty(
     kafka_broker: EmulatorInfo, unique_name: str
 ) -> None:
