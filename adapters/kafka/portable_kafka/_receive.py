@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from portable.driver.messaging import Delivery, SubscriptionDriver
-from portable.errors import PreconditionFailed
+from portable.errors import ConfigError, MissingDependency, PreconditionFailed
 
 from ._progress import PartitionProgress
 from ._records import (
@@ -209,8 +209,8 @@ def speedups() -> Any:
     (engine=confluent), leasing and acking in C, bound to ``_Delivery``, ``_LeaseBatch``
     and confluent-kafka's Message where it is installed; or None where the distribution
     was installed without a C compiler. The engines then run the same loops in Python,
-    which ``_speedups.c`` follows line for line (tests run both). ``PORTABLE_KAFKA_SPEEDUPS=0``
-    in the environment makes new subscriptions use the Python loops too."""
+    which ``_speedups.c`` follows line for line (tests run both). See :func:`speedups_for`
+    for the switch."""
     try:
         from . import _speedups  # type: ignore[attr-defined]
     except ImportError as exc:
@@ -224,6 +224,29 @@ def speedups() -> Any:
         Message = None
     _speedups.bind(_Delivery, _LeaseBatch, Message)
     return _speedups
+
+
+def speedups_for() -> Any:
+    """The C loops a new subscription runs, as ``PORTABLE_KAFKA_SPEEDUPS`` says: unset, where they
+    are built (:func:`speedups`); ``0``, never (the Python loops); ``1``, always.
+
+    Raises:
+        ConfigError: the variable holds anything else.
+        MissingDependency: ``1``, and the extension was not built (no C compiler at install).
+    """
+    switch = os.environ.get("PORTABLE_KAFKA_SPEEDUPS")
+    if switch == "0":
+        return None
+    if switch not in (None, "1"):
+        raise ConfigError(f"PORTABLE_KAFKA_SPEEDUPS must be 0 or 1 (or unset), got {switch!r}")
+    fast = speedups()
+    if fast is None and switch == "1":
+        raise MissingDependency(
+            "PORTABLE_KAFKA_SPEEDUPS=1, but portable_kafka._speedups was not built: reinstall "
+            "portable-cloud-kafka where a C compiler and the Python headers are installed",
+            provider="kafka",
+        )
+    return fast
 
 
 class LocalLeases(SubscriptionDriver):
@@ -241,9 +264,7 @@ class LocalLeases(SubscriptionDriver):
         self._poll_lock = threading.RLock()
         self._state = threading.Lock()
         #: the per-message loops in C (speedups()), or None: in Python
-        self._speedups: Any = (
-            None if os.environ.get("PORTABLE_KAFKA_SPEEDUPS") == "0" else speedups()
-        )
+        self._speedups: Any = speedups_for()
         self._progress: dict[Any, PartitionProgress] = {}  # assigned tp -> its fetched offsets
         self._leased: dict[int, _Delivery] = {}  # handle -> delivery in flight
         self._ready: deque[_Delivery] = deque()

@@ -6,7 +6,6 @@ Messages are made by confluent-kafka (its ``Message`` constructor), no broker.""
 from __future__ import annotations
 
 import heapq
-import os
 from typing import Any
 
 import pytest
@@ -166,15 +165,29 @@ def test_leasing_and_acking_in_c_do_what_python_does() -> None:
     assert all(p.startswith("PartitionProgress(epoch=1, safe=") and "open=0" in p for p in after["progress"].values())
 
 
-def test_the_environment_switch_turns_the_c_loops_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PORTABLE_KAFKA_SPEEDUPS", "0")
+def test_the_environment_switch_turns_the_c_loops_off_or_requires_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from portable_kafka import _receive
+
+    from portable.errors import ConfigError, MissingDependency
+
     sub = ConfluentSubscription.__new__(ConfluentSubscription)
-    LocalLeases.__init__(sub)
-    assert sub._speedups is None
+    for value, expected in (("0", None), ("1", speedups()), (None, speedups())):
+        if value is None:
+            monkeypatch.delenv("PORTABLE_KAFKA_SPEEDUPS", raising=False)
+        else:
+            monkeypatch.setenv("PORTABLE_KAFKA_SPEEDUPS", value)
+        LocalLeases.__init__(sub)
+        assert sub._speedups is expected
+    monkeypatch.setenv("PORTABLE_KAFKA_SPEEDUPS", "yes")
+    with pytest.raises(ConfigError, match="0 or 1"):
+        LocalLeases.__init__(sub)
+    monkeypatch.setenv("PORTABLE_KAFKA_SPEEDUPS", "1")
+    monkeypatch.setattr(_receive, "speedups", lambda: None)  # as where no compiler built it
+    with pytest.raises(MissingDependency, match="C compiler"):
+        LocalLeases.__init__(sub)
     monkeypatch.delenv("PORTABLE_KAFKA_SPEEDUPS")
     LocalLeases.__init__(sub)
-    assert sub._speedups is speedups() is not None
-    assert os.environ.get("PORTABLE_KAFKA_SPEEDUPS") is None
+    assert sub._speedups is None  # not built, not asked for: the Python loops
 
 
 def test_a_held_copy_keeps_its_place_in_the_heap() -> None:
