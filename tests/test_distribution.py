@@ -20,8 +20,9 @@ READMEs and the code names a distribution of this repository and extras it decla
 
 The wheel tests are ``slow`` (5 to 10 s: eight wheel builds). What they do not prove: that the third-party dependencies (s3fs, boto3, ...) resolve together.
 They are excluded from the resolution (``uv pip install --excludes``), so the test downloads
-nothing from PyPI and runs offline once uv's cache holds the build backend (hatchling; with
-network, uv fetches it).
+nothing from PyPI and runs offline once uv's cache holds the build backends (hatchling, and
+setuptools for ``adapters/kafka``, which compiles ``portable_kafka._speedups``; with network, uv
+fetches them).
 """
 
 from __future__ import annotations
