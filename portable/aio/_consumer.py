@@ -363,17 +363,13 @@ class AsyncConsumerLoop:
         """Write the completions held back, then claim ``upcoming``'s keys: one pool call for a
         blocking store, the completions first (a key of both windows then meets "completed")."""
         completes, self.completes = self.completes, []
-        if self.store_inline:
-            if completes:
-                claims.complete_batch(completes)
-            return claims.claim_ahead(upcoming)
 
         def complete_and_claim() -> dict[int, Any]:
             if completes:
                 claims.complete_batch(completes)
             return claims.claim_ahead(upcoming)
 
-        ahead: dict[int, Any] = await run_blocking(complete_and_claim)
+        ahead: dict[int, Any] = await self._store(complete_and_claim)  # inline or in the pool, as every store call
         return ahead
 
     async def _flush(self, window: list[Delivery]) -> None:

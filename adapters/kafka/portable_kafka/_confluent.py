@@ -36,7 +36,7 @@ from ._confluent_config import confluent_consumer_config
 from ._publish import _BATCH_BYTES_PER_RECORD
 from ._rebalance import Rebalancing
 from ._receive import _NO_ATTRIBUTES, _Delivery, plain_attributes
-from ._records import INTERNAL_PREFIX, epoch_ms, record_id, to_headers
+from ._records import INTERNAL_PREFIX, record_id, to_headers
 
 if TYPE_CHECKING:
     from .kafka import KafkaMessaging
@@ -468,11 +468,7 @@ class ConfluentSubscription(Rebalancing):
     def _with_headers(self, msg: Any, tp: Any, offset: int, headers: list[Any]) -> _Delivery | None:
         """The C tracking's full path: the delivery of a record with headers of this driver's own (a
         retry copy) or a null header value, or None when it is held until due (caller holds _state)."""
-        record = _Record(offset, msg.timestamp()[1], msg.key(), msg.value(), headers)
-        delivery = self._delivery_with_headers(tp, record)
-        if not delivery.due or not self._hold(delivery, epoch_ms()):
-            return delivery
-        return None
+        return self._unless_held(tp, _Record(offset, msg.timestamp()[1], msg.key(), msg.value(), headers))
 
     def _track_in_python(self, messages: list[Any]) -> None:
         """:meth:`_track_consumed` in Python: the reference ``_speedups.c`` follows.
@@ -481,13 +477,10 @@ class ConfluentSubscription(Rebalancing):
         only the application's) becomes its delivery inline: the fields
         :meth:`_Delivery.__init__` sets, stored here without the call.
         """
-        from confluent_kafka import KafkaException
-
         ready = self._ready.append
         handle = self._handles.__next__
         new = _Delivery.__new__
         with self._state:
-            progress_of = self._progress.get
             topic: Any = None
             partition = -1
             tp: Any = None
@@ -499,18 +492,18 @@ class ConfluentSubscription(Rebalancing):
                 for msg in messages:
                     err = msg.error()
                     if err is not None:
-                        if err.code() == -191:  # _PARTITION_EOF (not asked for)
-                            continue
-                        raise KafkaException(err)
+                        _consume_error(err)  # a partition's end is skipped, any other error raises
+                        continue
                     if msg.partition() != partition or msg.topic() != topic:
                         if fetched:
                             progress.add_fetched(fetched)
                             fetched = []
                         topic, partition = msg.topic(), msg.partition()
-                        tp = self._tps.get((topic, partition)) or self._tp_of(topic, partition)
-                        progress = progress_of(tp)
-                        prefix = f"{topic}/{partition}/"
-                        last = -1 if progress is None else progress.last_fetched()
+                        run = self._partition_run(topic, partition)
+                        if run is None:
+                            progress = None
+                        else:
+                            tp, progress, prefix, last = run
                     if progress is None:
                         continue  # revoked meanwhile
                     offset = msg.offset()
@@ -523,10 +516,9 @@ class ConfluentSubscription(Rebalancing):
                     if headers:
                         plain = plain_attributes(headers)
                         if plain is None:  # a retry copy (this driver's headers), or a null value
-                            record = _Record(
-                                offset, msg.timestamp()[1], msg.key(), msg.value(), headers
-                            )
-                            self._track_with_headers(tp, record)
+                            held_or_not = self._with_headers(msg, tp, offset, headers)
+                            if held_or_not is not None:
+                                ready(held_or_not)
                             continue
                         attributes, headers = plain, tuple(headers)
                     else:

@@ -333,9 +333,17 @@ class LocalLeases(SubscriptionDriver):
     def _track_with_headers(self, tp: Any, record: Any) -> None:
         """Track a record with headers: ready, or held while it is a retry copy not due yet
         (caller holds _state)."""
+        delivery = self._unless_held(tp, record)
+        if delivery is not None:
+            self._ready.append(delivery)
+
+    def _unless_held(self, tp: Any, record: Any) -> _Delivery | None:
+        """The delivery of a record with headers, or None when it is a retry copy not due yet,
+        now held until it is (caller holds _state)."""
         delivery = self._delivery_with_headers(tp, record)
         if not delivery.due or not self._hold(delivery, epoch_ms()):
-            self._ready.append(delivery)
+            return delivery
+        return None
 
     def _hold(self, delivery: _Delivery, wall: int) -> bool:
         """Hold a retry copy that is not due yet (its ``due`` becomes time.monotonic()); False if

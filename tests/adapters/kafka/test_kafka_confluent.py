@@ -101,46 +101,6 @@ def test_librdkafka_errors_get_the_same_codes() -> None:
     assert not driver.is_retryable(confluent_kafka.KafkaException(K(K.TOPIC_AUTHORIZATION_FAILED)))
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["python", "c"])
-def test_a_delivery_tracked_inline_has_every_field_its_constructor_sets(fast: bool) -> None:
-    """_track_consumed builds the common delivery without _Delivery.__init__ (a hot path, in C
-    or in Python): every slot must hold what the constructor would put there, so a slot added to
-    one and not the other fails here, not on some later read. Records made by confluent-kafka,
-    no broker. publish_time is made when first read, from the record kept in ``_stamped``."""
-    from kafka.structs import TopicPartition
-    from portable_kafka._confluent import ConfluentSubscription
-    from portable_kafka._receive import _NO_ATTRIBUTES, LocalLeases, _Delivery, speedups
-
-    sub = ConfluentSubscription.__new__(ConfluentSubscription)
-    LocalLeases.__init__(sub)
-    sub._speedups = speedups() if fast else None
-    sub._tp, sub._tps = TopicPartition, {}
-    tp = sub._tp_of("t", 2)
-    sub._progress[tp] = PartitionProgress(epoch=1)
-    records = [
-        confluent_kafka.Message(topic="t", partition=2, offset=7, key=b"k\xff", value=b"v", timestamp=(1, 1_700_000_000_123)),
-        confluent_kafka.Message(topic="t", partition=2, offset=8, value=None, headers=[("a", b"1"), ("a", b"2")],
-                                timestamp=(1, 1_700_000_000_124)),
-    ]  # fmt: skip
-    sub._track_consumed(records)
-    inline = list(sub._ready)
-    assert not hasattr(inline[0], "_published")  # until read
-    expected = [
-        _Delivery("t/2/7", b"v", _NO_ATTRIBUTES, "k\ufffd", inline[0].publish_time, 1, inline[0]._handle, tp, 7,
-                  b"k\xff", 0.0, ()),
-        _Delivery("t/2/8", None, {"a": "2"}, None, inline[1].publish_time, 1, inline[1]._handle, tp, 8, None, 0.0,
-                  (("a", b"1"), ("a", b"2"))),
-    ]  # fmt: skip
-    slots = [n for cls in type(expected[0]).__mro__ for n in getattr(cls, "__slots__", ())]
-    set_by_init = [n for n in slots if hasattr(expected[0], n)]
-    assert {"_id", "_body", "_tombstone", "_key_bytes", "tp", "offset", "due"} <= set(set_by_init)
-    for got, want in zip(inline, expected, strict=True):
-        assert {n: getattr(got, n) for n in set_by_init} == {n: getattr(want, n) for n in set_by_init}
-    assert inline[0].publish_time.timestamp() == 1_700_000_000.123
-    assert inline[1].publish_time.timestamp() == 1_700_000_000.124
-    assert sub._progress[tp].last_fetched() == 8
-
-
 def test_progress_takes_offsets_in_runs() -> None:
     p = PartitionProgress(epoch=1)
     assert p.last_fetched() == -1

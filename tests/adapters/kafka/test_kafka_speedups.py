@@ -16,7 +16,15 @@ import confluent_kafka
 from kafka.structs import TopicPartition
 from portable_kafka._confluent import ConfluentSubscription
 from portable_kafka._progress import PartitionProgress
-from portable_kafka._receive import _NO_DELIVERIES, LocalLeases, _Delivery, _LostLease, speedups
+from portable_kafka._receive import (
+    _NO_ATTRIBUTES,
+    _NO_DELIVERIES,
+    LocalLeases,
+    _Delivery,
+    _LeaseBatch,
+    _LostLease,
+    speedups,
+)
 from portable_kafka._records import ATTEMPT_HEADER, DUE_HEADER, ORIGINAL_ID_HEADER, epoch_ms
 
 Message = confluent_kafka.Message
@@ -122,6 +130,60 @@ def test_an_error_message_raises_after_the_deliveries_before_it_are_tracked(fast
         ])  # fmt: skip
     assert [d.offset for d in sub._ready] == [0, 1]
     assert sub._progress[TopicPartition("t", 0)].last_fetched() == 1  # their offsets are tracked too
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["python", "c"])
+def test_a_delivery_tracked_inline_has_every_field_its_constructor_sets(fast: bool) -> None:
+    """Both loops build the common delivery without _Delivery.__init__ (a hot path): every slot
+    must hold what the constructor would put there, so a slot added to one and not the other
+    fails here, not on some later read. publish_time is made when first read, from the record
+    kept in ``_stamped``."""
+    sub = subscription(fast, [("t", 2)])
+    tp = TopicPartition("t", 2)
+    sub._track_consumed([
+        Message(topic="t", partition=2, offset=7, key=b"k\xff", value=b"v", timestamp=(1, 1_700_000_000_123)),
+        Message(topic="t", partition=2, offset=8, value=None, headers=[("a", b"1"), ("a", b"2")],
+                timestamp=(1, 1_700_000_000_124)),
+    ])  # fmt: skip
+    inline = list(sub._ready)
+    assert not hasattr(inline[0], "_published")  # until read
+    expected = [
+        _Delivery("t/2/7", b"v", _NO_ATTRIBUTES, "k\ufffd", inline[0].publish_time, 1, inline[0]._handle, tp, 7,
+                  b"k\xff", 0.0, ()),
+        _Delivery("t/2/8", None, {"a": "2"}, None, inline[1].publish_time, 1, inline[1]._handle, tp, 8, None, 0.0,
+                  (("a", b"1"), ("a", b"2"))),
+    ]  # fmt: skip
+    set_by_init = [n for n in SLOTS if hasattr(expected[0], n)]
+    assert {"_id", "_body", "_tombstone", "_key_bytes", "tp", "offset", "due"} <= set(set_by_init)
+    for got, want in zip(inline, expected, strict=True):
+        assert {n: getattr(got, n) for n in set_by_init} == {n: getattr(want, n) for n in set_by_init}
+    assert inline[0].publish_time.timestamp() == 1_700_000_000.123
+    assert inline[1].publish_time.timestamp() == 1_700_000_000.124
+    assert sub._progress[tp].last_fetched() == 8
+
+
+def test_bind_refuses_types_it_does_not_recognise_and_keeps_what_it_had() -> None:
+    """bind() writes slots by the offsets of Python's member descriptors and calls Message's
+    methods through their C functions: a type whose names are something else is refused, and
+    a refused bind changes nothing."""
+    fast = speedups()
+
+    class NotSlots:
+        _body = _tombstone = _key = _key_bytes = _id = _attributes = _stamped = _attempt = None
+        _handle = _headers = tp = offset = due = batch = lease_ends = None
+
+    class NotMessage:
+        def error(self) -> None: ...
+
+        topic = partition = offset = headers = value = key = error
+
+    with pytest.raises(TypeError, match="not a writable object slot"):
+        fast.bind(NotSlots, _LeaseBatch, Message)
+    with pytest.raises(TypeError, match="not a method without arguments"):
+        fast.bind(_Delivery, _LeaseBatch, NotMessage)
+    sub = subscription(True, [("t", 0)])
+    sub._track_consumed([Message(topic="t", partition=0, offset=3, value=b"still")])
+    assert [d._body for d in sub._ready] == [b"still"]
 
 
 def test_tracking_refuses_what_is_not_a_librdkafka_message() -> None:
