@@ -35,7 +35,13 @@ from ..errors import InvalidArgument, NotFound, PortableError
 from ..resilience import Guard
 from ..storage._checks import check_resume_request, check_size_request
 from ..storage._requests import open_read_request, open_write_request
-from ..storage._streams import DEFAULT_PART_SIZE, READ_CHUNK, WriteLedger, resume_point
+from ..storage._streams import (
+    DEFAULT_PART_SIZE,
+    READ_CHUNK,
+    WriteLedger,
+    note_failed_abort,
+    resume_point,
+)
 
 __all__ = ["AsyncBucketReader", "AsyncBucketWriter", "AsyncStreamOperations", "Opener"]
 
@@ -253,17 +259,16 @@ class AsyncBucketWriter:
         return bytes(digest.digest())
 
     async def _abort_after(self, failure: BaseException) -> None:
-        """Abort, shielded, because of ``failure``; an abort that fails after a cancel lets the cancel go on.
+        """Abort, shielded, because of ``failure``, which the caller raises next.
 
-        After an error, the abort's own failure is raised (as on the sync face, with the
-        error as its context); after a cancel (or another BaseException), the cancel is what
-        the caller must see: never turned into an error.
+        The abort is cleanup: when it fails too, ``failure`` (an error, or a cancel) is still
+        what the caller must see, as on the sync face; the abort's error is logged and noted
+        on it (redacted), never raised in its place.
         """
         try:
             await asyncio.shield(self._suspend() if self._resumable else self.abort())
-        except Exception:
-            if isinstance(failure, Exception):
-                raise
+        except Exception as cleanup:
+            note_failed_abort(failure, self._key, cleanup)
 
     async def _suspend(self) -> None:
         """Give up a resumable write, keeping its parts for a later ``resume=True``."""

@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import IO, Any, Literal, TypeVar, overload
 
+from ..driver.redaction import redact
 from ..driver.storage import ObjectInfo, ResumableWriteStream, StorageDriver, WriteStream
 from ..errors import ErrorCode, InvalidArgument, NotFound, PortableError
 from ..resilience import Guard
 from ._checks import check_resume_request, check_size_request, checked_bytes
 from ._requests import open_read_request, open_write_request
 from ._state import BucketState
+
+log = logging.getLogger("portable.storage")
+
+
+def note_failed_abort(failure: BaseException, key: str, cleanup: Exception) -> None:
+    """The abort after ``failure`` failed with ``cleanup``: log it and note it on ``failure`` (redacted),
+    which the caller still raises (the failure is what to fix; the object never became visible)."""
+    why = redact(f"{type(cleanup).__name__}: {cleanup}")
+    log.warning("could not abort the failed write of %s: %s", key, why)
+    failure.add_note(f"portable: aborting the write of {key!r} failed too ({why})")
 
 R = TypeVar("R")
 
@@ -205,7 +217,7 @@ class BucketWriter(io.RawIOBase):
         if self._done:
             raise ValueError("write to a closed portable writer")
         if self.size is not None and (overrun := self._ledger.overrun(self._key, self.size, data)):
-            self._give_up()
+            self._give_up_after(overrun)
             raise overrun
         if self.one_request:
             whole = self._ledger.take_whole(data)
@@ -236,9 +248,19 @@ class BucketWriter(io.RawIOBase):
         (suspends it, keeping its parts, when it is resumable)."""
         try:
             return self._guard.call("write", f"{what} {self._key}", fn, *args)
-        except BaseException:
-            self._give_up()
+        except BaseException as exc:
+            self._give_up_after(exc)
             raise
+
+    def _give_up_after(self, failure: BaseException) -> None:
+        """:meth:`_give_up` after ``failure``, which the caller raises next: a cleanup that fails
+        too must not take its place (the caller's error is what to fix), so its error is logged
+        and noted on ``failure``. The object never became visible either way; an abort that
+        failed leaves the upload's parts to the bucket's abort-incomplete rule."""
+        try:
+            self._give_up()
+        except Exception as cleanup:
+            note_failed_abort(failure, self._key, cleanup)
 
     def _give_up(self) -> None:
         """After a failure: abort, or keep the parts of a resumable write for a later resume."""
@@ -259,7 +281,7 @@ class BucketWriter(io.RawIOBase):
         if self._done:
             return
         if self.size is not None and (short := self._ledger.short(self._key, self.size)):
-            self._give_up()
+            self._give_up_after(short)
             raise short
         last = self._ledger.rest()
         if last:
@@ -317,8 +339,8 @@ class BucketWriter(io.RawIOBase):
             super().close()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if exc_type is not None:
-            self._give_up()
+        if exc is not None:
+            self._give_up_after(exc)  # the with-block's exception propagates, whatever the abort does
         else:
             self.close()
 
