@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, cast
 
@@ -45,6 +46,54 @@ _MAX_WAIT_SLICE = 20.0
 ReceivePlan = Generator[tuple[int, float, float], "list[ReceivedMessage] | list[Delivery]", "list[Message]"]
 
 
+def _tell_owner_gone(side: weakref.ref[SubscriptionDriver]) -> None:
+    """A Subscription was collected: tell its driver, if still alive (see ``SubscriptionDriver.owner_gone``)."""
+    driver = side()
+    if driver is not None:
+        driver.owner_gone()
+
+
+class DeadLetterTarget:
+    """The portable dead-letter topic of one Subscription's messages: the one given for a
+    message, else the configured one (opened when first needed), else None for the
+    provider's native dead-letter queue.
+
+    The Subscription's settler calls this, not a method of the Subscription: a message
+    refers to its settler, and nothing it refers to may lead back to the Subscription (see
+    :meth:`~portable.driver.messaging.SubscriptionDriver.owner_gone`).
+    """
+
+    __slots__ = ("_configured", "_native", "_policy", "_provider", "_topic")
+
+    def __init__(
+        self, configured: str | Topic | None, *, policy: ResiliencePolicy | None, native: bool, provider: str
+    ) -> None:
+        self._configured = configured
+        self._policy = policy
+        self._native = native
+        self._provider = provider
+        self._topic: Topic | None = configured if isinstance(configured, Topic) else None
+
+    def __call__(self, override: str | Topic | None) -> Topic | None:
+        """The portable DLQ topic to republish to, or None to use the native one.
+
+        Raises:
+            ConfigError: there is neither.
+        """
+        if override is not None:
+            return override if isinstance(override, Topic) else open_topic(override, policy=self._policy)
+        if self._native:
+            return None
+        if self._topic is None and isinstance(self._configured, str):
+            self._topic = open_topic(self._configured, policy=self._policy)
+        if self._topic is None:
+            raise ConfigError(
+                f"{self._provider}:// has no native dead-letter queue: give a dead_letter= URL to "
+                "open_subscription() or run(), or set the profile's dead_letter"
+            )
+        return self._topic
+
+
 class Subscription(MessagingClient[SubscriptionDriver]):
     """Receives messages from one subscription or queue. Thread-safe.
 
@@ -70,13 +119,22 @@ class Subscription(MessagingClient[SubscriptionDriver]):
         self._policy = policy
         self.lease = check_lease(lease, self.capabilities, self.provider)
         self.dead_letter = dead_letter
-        self._dead_letter_topic: Topic | None = dead_letter if isinstance(dead_letter, Topic) else None
+        self._dead_letters = DeadLetterTarget(
+            dead_letter, policy=policy, native=self.capabilities.native_dead_letter, provider=self.provider
+        )
         self._stops: set[threading.Event] = set()
         self._stops_lock = threading.Lock()
+        # what messages refer to (the settler, and through it the driver) never refers back to this
+        # Subscription, so that it is collected when the application drops it with messages in
+        # flight; the driver then hears of it (owner_gone: see SubscriptionDriver)
         self._settler = MessageSettler(
             subscription, self._guard, capabilities=self.capabilities, provider=self.provider, url=url,
-            dead_letter_target=self._dead_letter_target,
+            dead_letter_target=self._dead_letters,
         )  # fmt: skip
+        if type(subscription).owner_gone is not SubscriptionDriver.owner_gone:
+            # the driver is held weakly: were anything of it to refer to this Subscription after all,
+            # a strong hold from the finalizer registry would keep both alive for good
+            weakref.finalize(self, _tell_owner_gone, weakref.ref(subscription)).atexit = False
 
     @property
     def _driver_sub(self) -> SubscriptionDriver:
@@ -227,23 +285,8 @@ class Subscription(MessagingClient[SubscriptionDriver]):
         return self.dead_letter
 
     def _dead_letter_target(self, override: str | Topic | None) -> Topic | None:
-        """The portable DLQ topic to republish to, or None to use the native one.
-
-        Raises:
-            ConfigError: there is neither.
-        """
-        if override is not None:
-            return override if isinstance(override, Topic) else open_topic(override, policy=self._policy)
-        if self.capabilities.native_dead_letter:
-            return None
-        if self._dead_letter_topic is None and isinstance(self.dead_letter, str):
-            self._dead_letter_topic = open_topic(self.dead_letter, policy=self._policy)
-        if self._dead_letter_topic is None:
-            raise ConfigError(
-                f"{self.provider}:// has no native dead-letter queue: give a dead_letter= URL to "
-                "open_subscription() or run(), or set the profile's dead_letter"
-            )
-        return self._dead_letter_topic
+        """The portable DLQ topic to republish to, or None to use the native one (see :class:`DeadLetterTarget`)."""
+        return self._dead_letters(override)
 
     # -- the consumer loop ---------------------------------------------
     def run(

@@ -351,7 +351,10 @@ class Settlement(LocalLeases):
             except Exception as exc:
                 log.warning("final commit failed: %s; uncommitted messages will be delivered again", exc)
             finally:
-                self._close_clients()
+                try:
+                    self._close_clients()
+                finally:
+                    self._hand_back_to_gc()
 
     def _close_clients(self) -> None:
         """Close the consumer (leaving the group) and the retry producer (the engine's client calls)."""

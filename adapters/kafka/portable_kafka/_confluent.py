@@ -342,6 +342,8 @@ class ConfluentSubscription(Rebalancing):
         from kafka.structs import TopicPartition
 
         super().__init__(driver)
+        # the C tracking leaves its deliveries to reference counting (see LocalLeases._hand_back_to_gc)
+        self._untracking = self._speedups is not None
         self._tp = TopicPartition
         self._tps: dict[tuple[str, int], Any] = {}
         #: the retry topic's partitions of the last assignment, paused until the first fetch (_fetch)
@@ -451,7 +453,7 @@ class ConfluentSubscription(Rebalancing):
             try:
                 fast.track(
                     messages, out, self._handles, self._partition_run, self._with_headers, _consume_error,
-                    _NO_ATTRIBUTES, INTERNAL_PREFIX,
+                    _NO_ATTRIBUTES, INTERNAL_PREFIX, self._untracking,
                 )  # fmt: skip
             finally:
                 self._ready.extend(out)

@@ -265,6 +265,10 @@ class LocalLeases(SubscriptionDriver):
         self._state = threading.Lock()
         #: the per-message loops in C (speedups()), or None: in Python
         self._speedups: Any = speedups_for()
+        #: the C tracking leaves the deliveries it makes untracked by the cycle collector (the
+        #: confluent engine sets it): every delivery this member refers to is handed back to it
+        #: (_hand_back_to_gc) at close and when the owning Subscription is gone
+        self._untracking = False
         self._progress: dict[Any, PartitionProgress] = {}  # assigned tp -> its fetched offsets
         self._leased: dict[int, _Delivery] = {}  # handle -> delivery in flight
         self._ready: deque[_Delivery] = deque()
@@ -470,6 +474,40 @@ class LocalLeases(SubscriptionDriver):
                 lease_batch.left = len(taken)
                 heapq.heappush(self._leases, (ends, next(self._tiebreak), lease_batch))
         return taken
+
+    def _hand_back_to_gc(self) -> None:
+        """Stop untracking deliveries, and hand every delivery this member refers to back to the
+        cycle collector.
+
+        A delivery refers to its lease batch and its subscription's settler, which refer back
+        to it while it is in flight (the batch while any of its deliveries is), so these are
+        cycles; untracked, the collector could never free them. While this member works, each
+        cycle ends as its delivery is settled or taken back; past close, or once the
+        Subscription is gone, whatever is still here could become garbage at any time: from
+        here on every delivery is tracked, as in Python.
+
+        Takes no lock: it runs from a finaliser too, which may fire in a thread that holds
+        ``_state`` already. Each container is walked in one C call (or copied in one) that
+        runs no Python code, so no other thread changes it meanwhile. Retry copies
+        (``_held``) are made in Python, tracked from the start.
+        """
+        if not self._untracking:
+            return
+        self._untracking = False
+        retrack = self._speedups.retrack
+        retrack(self._leased.values())
+        retrack(self._ready)
+        for blocked in list(self._key_blocked.values()):
+            retrack(blocked)
+        for entry in list(self._leases):
+            retrack(entry[2].items)
+
+    def owner_gone(self) -> None:
+        """The Subscription is gone: every delivery goes back to the cycle collector (see _hand_back_to_gc)."""
+        try:
+            self._hand_back_to_gc()
+        except Exception as exc:  # a finaliser: never raise
+            log.warning("handing the deliveries back to the cycle collector failed: %s", exc)
 
     def _block(self, key: str, delivery: _Delivery) -> None:
         """Hold ``delivery`` behind the delivery of its key in flight (caller holds _state)."""

@@ -276,10 +276,12 @@ clear_run(Run *run)
     Py_CLEAR(run->fetched);
 }
 
-/* track(messages, out, handles, on_partition, on_headers, on_error, no_attributes, internal_prefix)
+/* track(messages, out, handles, on_partition, on_headers, on_error, no_attributes, internal_prefix, untrack)
  *
  * Append to ``out`` the delivery of each new message of ``messages`` (a list of
- * confluent_kafka Messages), in order. Calls back:
+ * confluent_kafka Messages), in order; with ``untrack`` true, the deliveries made here are
+ * left untracked by the cycle collector (see retrack below: the caller owns that promise).
+ * Calls back:
  *   on_partition(topic, partition) -> None (revoked: skip its messages) or
  *       (tp, progress, prefix, last_fetched), at each partition run;
  *   on_headers(message, tp, offset, headers) -> a delivery to append, or None (held),
@@ -290,12 +292,15 @@ clear_run(Run *run)
 static PyObject *
 track(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "track takes 8 arguments");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "track takes 9 arguments");
         return NULL;
     }
     PyObject *messages = args[0], *out = args[1], *handles = args[2], *on_partition = args[3];
     PyObject *on_headers = args[4], *on_error = args[5], *no_attributes = args[6], *internal = args[7];
+    int untrack = PyObject_IsTrue(args[8]);
+    if (untrack < 0)
+        return NULL;
     if (message_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "bind() with the Message type first");
         return NULL;
@@ -483,9 +488,13 @@ track(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         /* publish_time: read from it when asked. The delivery keeps the record alive for its
          * lifetime, so the cycle collector would meet it in every collection it survives (a
          * third of consume's time went to collections at full rate); it refers only to str,
-         * bytes, ints and a list of (str, bytes), so it can be in no cycle: untracked. The
-         * delivery stays tracked: it refers to its lease batch and settler, which are. */
+         * bytes, ints and a list of (str, bytes), so it can be in no cycle: untracked. So is
+         * the delivery itself when asked (``untrack``): it refers to its lease batch and
+         * settler, which refer back to it while it is in flight, so the caller retracks every
+         * delivery it still holds before its graph can become garbage (retrack()). */
         PyObject_GC_UnTrack(msg);
+        if (untrack)
+            PyObject_GC_UnTrack(delivery);
         set_field(delivery, F_STAMPED, Py_NewRef(msg));
         set_field(delivery, F_ATTEMPT, Py_NewRef(one));
         set_field(delivery, F_DUE, Py_NewRef(zero_float));
@@ -749,6 +758,38 @@ fail:
     return NULL;
 }
 
+/* retrack(deliveries) -> int
+ *
+ * Hand back to the cycle collector each delivery of the iterable ``deliveries`` that track()
+ * left untracked (anything else is left as it is); returns how many. A driver that asks
+ * track() to untrack calls this on every delivery it still refers to before its objects can
+ * become unreachable (at close, and when its owner is gone), so that no cycle through an
+ * untracked delivery outlives them. */
+static PyObject *
+retrack(PyObject *module, PyObject *deliveries)
+{
+    if (delivery_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "bind() first");
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(deliveries);
+    if (it == NULL)
+        return NULL;
+    Py_ssize_t count = 0;
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        if (PyObject_TypeCheck(item, delivery_type) && !PyObject_GC_IsTracked(item)) {
+            PyObject_GC_Track(item);
+            count++;
+        }
+        Py_DECREF(item);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromSsize_t(count);
+}
+
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "bind(delivery_type, message_type): the slots to write and the Message methods to call."},
@@ -758,6 +799,8 @@ static PyMethodDef methods[] = {
      "LocalLeases._lease_ready's loop (see _speedups.c)."},
     {"settle", (PyCFunction)(void (*)(void))settle, METH_FASTCALL,
      "Settlement.ack_many's loop (see _speedups.c)."},
+    {"retrack", (PyCFunction)retrack, METH_O,
+     "Hand the deliveries track() left untracked back to the cycle collector (see _speedups.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -44,6 +44,7 @@ def subscription(fast: bool, assigned: list[tuple[str, int]]) -> ConfluentSubscr
     sub._tp, sub._tps = TopicPartition, {}
     sub._not_before = {}
     sub._speedups = speedups() if fast else None
+    sub._untracking = fast  # as ConfluentSubscription.__init__ sets it
     assert (sub._speedups is not None) == fast
     for topic, partition in assigned:
         sub._progress[sub._tp_of(topic, partition)] = PartitionProgress(epoch=1)
@@ -189,7 +190,34 @@ def test_bind_refuses_types_it_does_not_recognise_and_keeps_what_it_had() -> Non
 def test_tracking_refuses_what_is_not_a_librdkafka_message() -> None:
     fast = speedups()
     with pytest.raises(TypeError, match="not a"):
-        fast.track([object()], [], iter(range(3)), None, None, None, {}, "portable.kafka.")
+        fast.track([object()], [], iter(range(3)), None, None, None, {}, "portable.kafka.", True)
+
+
+def test_untracked_deliveries_go_back_to_the_cycle_collector_wherever_they_are() -> None:
+    """The C tracking leaves its deliveries untracked; _hand_back_to_gc (at close, and when the
+    Subscription is collected) hands back every one the member refers to: ready, leased, blocked
+    behind a key, and settled but still in a lease batch. Those made in Python (a retry copy's
+    full path) are tracked from the start."""
+    import gc
+
+    sub = subscription(True, [("t", 0), ("t", 1)])
+    sub._commit_soon = lambda: None  # type: ignore[method-assign]  # no client here
+    keys = ["a", None, "a", "b", None, "b", None]
+    sub._track_consumed([
+        Message(topic="t", partition=i % 2, offset=i, key=None if k is None else k.encode(), value=b"x")
+        for i, k in enumerate(keys)
+    ])  # fmt: skip
+    made = list(sub._ready)
+    assert len(made) == 7 and not any(gc.is_tracked(d) for d in made)
+    leased = sub._lease_ready(3, 30.0)
+    sub.ack_many([leased[1]._handle])  # settled (no key); its batch holds it while the others are in flight
+    assert sub._key_blocked and sub._ready and len(sub._leased) == 2
+    sub._hand_back_to_gc()
+    assert all(gc.is_tracked(d) for d in made), "every delivery the member refers to is tracked again"
+    assert not sub._untracking
+    sub._track_consumed([Message(topic="t", partition=0, offset=9, value=b"late")])
+    assert gc.is_tracked(sub._ready[-1]), "after the hand-back, deliveries are made tracked"
+    assert speedups().retrack([object(), made[0], 3]) == 0, "only untracked deliveries are touched"
 
 
 def lease_and_settle(fast: bool) -> tuple[Any, ...]:
