@@ -45,7 +45,7 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import (
@@ -128,7 +128,9 @@ class Claim:
         status: ``"acquired"``: run the effect, then ``complete`` or
             ``release`` with ``token``. ``"completed"``: it ran; ``result``
             is what it returned. ``"in_progress"``: another caller holds the lease.
-        token: the lease's token when acquired, else None.
+        token: the lease's token when acquired, else None. It tells this claim
+            from every other claim of the same key; claims of different keys
+            may share it (SqliteStore.claim_many gives one call's new claims one).
         result: the stored result when completed (None if none was stored).
         lease_remaining: seconds until the claim's lease ends, as the store
             measured it when it answered: for ``"in_progress"``, when the
@@ -267,7 +269,7 @@ class TransactionalHandler:
 
 # ---------------------------------------------------------------- tokens and fingerprints
 def new_token() -> str:
-    """A fresh claim token: 32 hex digits, unique to one claim."""
+    """A fresh claim token: 32 hex digits, random (a claim's token is never another claim's of its key)."""
     return uuid.uuid4().hex
 
 
@@ -349,6 +351,18 @@ def check_claim_args(key: object, fp: object, lease: float, ttl: float) -> None:
         raise InvalidArgument(f"lease must be > 0 seconds, got {lease!r}")
     if not ttl >= lease:
         raise InvalidArgument(f"ttl ({ttl!r}) must be >= lease ({lease!r})")
+
+
+def check_claim_pairs(pairs: Sequence[tuple[str, str]], lease: float, ttl: float) -> None:
+    """:func:`check_claim_args` for each (key, fingerprint) pair of a batch, in one pass.
+
+    Raises:
+        InvalidArgument: the first bad pair's error, as check_claim_args words it.
+    """
+    check_claim_args("k", "f", lease, ttl)
+    if not all(type(k) is str and 0 < len(k) <= 1024 and type(f) is str and f for k, f in pairs):
+        for key, fp in pairs:
+            check_claim_args(key, fp, lease, ttl)
 
 
 def check_result(result: bytes | None, limit: int) -> None:

@@ -44,11 +44,11 @@ from ..driver.idempotency import (
     IdempotencyRecord,
     TransactionalHandler,
     check_claim_args,
+    check_claim_pairs,
     check_result,
     claim_outcome,
     lost_error,
     new_token,
-    new_tokens,
     next_counts,
 )
 from ..errors import IdempotencyConflict, Internal, InvalidURL
@@ -271,52 +271,61 @@ class SqliteStore:
         it, or the IdempotencyConflict it met (returned, so one reused key does
         not hide the others' claims). One commit for the whole batch: at
         ``synchronous=NORMAL`` in WAL mode, as every write of this store.
+        The new claims of one call share one token (and, where all keys are new,
+        one Claim object): a token is unique among the claims of its key, which
+        is what completing, releasing and extending check.
 
         Raises:
             InvalidArgument: a bad pair (nothing is claimed).
         """
         pairs = items if type(items) is list else list(items)
-        for key, fp in pairs:
-            check_claim_args(key, fp, lease, ttl)
+        check_claim_pairs(pairs, lease, ttl)
         out: list[Claim | IdempotencyConflict] = []
         with self._immediate() as conn:
             now = self._clock()
-            tokens = new_tokens(len(pairs))
+            # one token for the new claims of this call: a token tells one claim of a key from its
+            # other claims (never shared by two claims of one key), so the keys of one call can
+            # share it; complete_many then marks them done with one "token = ?" statement
+            token = new_token()
             first: dict[str, int] = {}  # each key's first pair in the batch
             for i, (key, _) in enumerate(pairs):
                 first.setdefault(key, i)
             # the common case, all keys new: a few multi-row statements; the rowcount says whether it was so
             until, expires = now + lease, now + ttl
             if len(first) == len(pairs):
-                rows = [(key, fp, token, until, expires, ttl) for (key, fp), token in zip(pairs, tokens, strict=True)]
+                rows = [(key, fp, token, until, expires, ttl) for key, fp in pairs]
             else:
-                rows = [(key, pairs[i][1], tokens[i], until, expires, ttl) for key, i in first.items()]
+                rows = [(key, pairs[i][1], token, until, expires, ttl) for key, i in first.items()]
             inserted = 0
             for start in range(0, len(rows), _ROWS_PER_INSERT):
                 values = rows[start : start + _ROWS_PER_INSERT]
                 inserted += conn.execute(
                     _INSERT_MANY + ",".join([_INSERT_ROW] * len(values)), [v for row in values for v in row]
                 ).rowcount
-            if inserted == len(pairs):  # every pair a new key (so no key twice): all acquired
-                return [_acquired(token, lease) for token in tokens]
+            if inserted == len(pairs):  # every pair a new key (so no key twice): all acquired, alike
+                return [_acquired(token, lease)] * len(pairs)
             mine: set[int] = set(first.values())
-            if inserted != len(first):  # some keys had records: which rows hold this batch's tokens?
+            if inserted != len(first):  # some keys had records: which rows hold this batch's token?
                 mine = set()
                 keys = list(first)
                 for start in range(0, len(keys), 500):
                     chunk = keys[start : start + 500]
                     marks = ",".join("?" * len(chunk))
-                    for key, token in conn.execute(
+                    for key, held in conn.execute(
                         f"SELECT key, token FROM portable_idempotency WHERE key IN ({marks})", chunk
                     ):
-                        if token == tokens[first[key]]:
+                        if held == token:
                             mine.add(first[key])
+            acquired = _acquired(token, lease)
             for i, (key, fp) in enumerate(pairs):
                 if i in mine:
-                    out.append(_acquired(tokens[i], lease))
+                    out.append(acquired)
                     continue
+                # a key seen before takes the batch's token too; a key's second pair in the batch
+                # needs a token of its own (the first pair's row holds the batch's)
+                mine_token = token if first[key] == i else new_token()
                 try:
-                    out.append(self._claim_locked(conn, key, fp, tokens[i], lease, ttl))
+                    out.append(self._claim_locked(conn, key, fp, mine_token, lease, ttl))
                 except IdempotencyConflict as exc:
                     out.append(exc)
         return out
@@ -355,14 +364,28 @@ class SqliteStore:
                     "WHERE " + _HELD,
                     [(result, now, key, token, now) for result, _, key, token, _ in rows if result is not None],
                 ).rowcount
-            # key IN (...) AND token IN (...) is each (key, token) pair: a token is written only to its own key
-            for start in range(0, len(plain), _ROWS_PER_UPDATE):
-                chunk = plain[start : start + _ROWS_PER_UPDATE]
-                marks = ",".join("?" * len(chunk))
-                changed += conn.execute(
-                    f"UPDATE portable_idempotency SET completed = 1, expires_at = MAX(expires_at, ? + ttl) "
-                    f"WHERE key IN ({marks}) AND token IN ({marks}) AND completed = 0 AND released = 0 AND expires_at > ?",
-                    [now, *[row[2] for row in chunk], *[row[3] for row in chunk], now],
+            # by token: the keys one claim_many call claimed share its token, and "key IN (...) AND
+            # token = ?" marks exactly those pairs; a token of one key alone is one pair a statement
+            by_token: dict[str, list[str]] = {}
+            for row in plain:
+                by_token.setdefault(row[3], []).append(row[2])
+            alone: list[tuple[float, str, str, float]] = []
+            for token, keys in by_token.items():
+                if len(keys) == 1:
+                    alone.append((now, keys[0], token, now))
+                    continue
+                for start in range(0, len(keys), _ROWS_PER_UPDATE):
+                    chunk = keys[start : start + _ROWS_PER_UPDATE]
+                    changed += conn.execute(
+                        f"UPDATE portable_idempotency SET completed = 1, expires_at = MAX(expires_at, ? + ttl) "
+                        f"WHERE key IN ({','.join('?' * len(chunk))}) AND token = ? AND completed = 0 "
+                        "AND released = 0 AND expires_at > ?",
+                        [now, *chunk, token, now],
+                    ).rowcount
+            if alone:
+                changed += conn.executemany(
+                    "UPDATE portable_idempotency SET completed = 1, expires_at = MAX(expires_at, ? + ttl) WHERE " + _HELD,
+                    alone,
                 ).rowcount
             if changed != len(rows):  # some claim was lost, or completed before: find out which
                 for i, (_, _, key, token, _) in zip(where, rows, strict=True):

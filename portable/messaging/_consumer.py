@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..cloudevents import dedup_key_of
 from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
-from ..driver.messaging import MAX_RECEIVE, Delivery
+from ..driver.messaging import IDEMPOTENCY_ATTRIBUTE, MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
 from ..idempotency._batch import claim_many, complete_many, unclaim
@@ -251,9 +251,13 @@ class RunClaims:
         owners: list[Message] = []
         seen: set[str] = set()
         key_of, add = self.key, seen.add
+        # the default key function's common answer, read in place: the publisher's key attribute
+        plain = self.key_of is default_idempotency_key
         for message in messages:
             try:
-                key = key_of(message)
+                key = message._attributes.get(IDEMPOTENCY_ATTRIBUTE) if plain else None
+                if key is None:
+                    key = key_of(message)
                 if key is None or key in seen:
                     continue
                 body = message.body

@@ -1,6 +1,6 @@
 """SqliteStore's batched statements: claim_many writes new keys with multi-row INSERTs (160 rows
-a statement), complete_many marks claims without a result done with one UPDATE per 480 (key IN
-... AND token IN ...). Each answer must equal what the one-key methods (and MemoryStore) give,
+a statement), all with one token, and complete_many marks claims without a result done with one
+UPDATE per 480 keys of a token (key IN (...) AND token = ?). Each answer must equal what the one-key methods (and MemoryStore) give,
 on either side of the chunk sizes, with keys seen before, keys twice in a batch and lost claims."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from portable.driver.idempotency import Claim
-from portable.errors import IdempotencyConflict
+from portable.errors import IdempotencyConflict, PreconditionFailed
 from portable.idempotency import MemoryStore, SqliteStore
 from portable.idempotency._sqlite import _acquired
 
@@ -37,8 +37,11 @@ def test_claim_many_answers_as_the_memory_store_does(tmp_path: Path, n: int) -> 
     pairs = [(f"k{i}", "f") for i in range(n)] + [("k3", "f")]  # k3 twice when n > 3
     got = sqlite.claim_many(pairs, lease=30, ttl=600)
     assert answers(got) == answers(memory.claim_many(pairs, lease=30, ttl=600))
-    tokens = [c.token for c in got if isinstance(c, Claim) and c.status == "acquired"]
-    assert len(tokens) == len(set(tokens)) == max(0, n - 3) + (n <= 3)
+    acquired = [(key, c.token) for (key, _), c in zip(pairs, got, strict=True) if isinstance(c, Claim) and c.status == "acquired"]
+    assert len(acquired) == max(0, n - 3) + (n <= 3)
+    # the new keys of one call share one token; a key's claims never do (k3 twice: in progress the second time)
+    assert len({token for _, token in acquired}) == 1
+    assert len({key for key, _ in acquired}) == len(acquired)
 
 
 @pytest.mark.parametrize("n", [1, 479, 480, 481, 1000])
@@ -57,3 +60,27 @@ def test_complete_many_completes_every_claim_it_holds_and_names_the_lost_ones(tm
     assert [c.status for c in again[:-1]] == ["completed"] * (n - 1)  # type: ignore[union-attr]
     assert [c.result for c in again[:-1]] == [b"kept" if i % 7 == 3 else None for i in range(n - 1)]  # type: ignore[union-attr]
     assert again[-1].status == "acquired"  # type: ignore[union-attr]  # the released key is free again
+
+
+def test_complete_many_marks_each_pair_of_key_and_token_and_no_other(tmp_path: Path) -> None:
+    """Tokens shared by one call's claims, tokens of one key alone, and a stale token of a key
+    that was claimed again (its lease ran out) in one call: only the pairs that still hold are
+    completed, and the stale one is named lost, though its key's current token is in the call."""
+    now = [1000.0]
+    store = SqliteStore(str(tmp_path / "s.db"), clock=lambda: now[0])
+    first = store.claim_many([("a", "f"), ("b", "f")], lease=10, ttl=600)
+    now[0] += 11  # a's and b's leases run out
+    again = store.claim_many([("a", "f"), ("c", "f")], lease=10, ttl=600)
+    single = store.claim("d", "f", lease=10, ttl=600)
+    assert again[0].token == again[1].token != first[0].token  # type: ignore[union-attr]
+    items = [
+        ("a", first[0].token, None),  # stale: "a" holds again's token now
+        ("b", first[1].token, None),  # its lease ran out, nobody claimed it since: still its token
+        ("c", again[1].token, None),
+        ("d", single.token, None),
+    ]
+    errors = store.complete_many(items)  # type: ignore[arg-type]
+    assert isinstance(errors[0], PreconditionFailed) and errors[1:] == [None, None, None]
+    status = {k: store.claim(k, "f", lease=10, ttl=600).status for k in "abcd"}
+    assert status["a"] == "in_progress", "the stale completion must not complete the current claim"
+    assert status["c"] == status["d"] == "completed"
