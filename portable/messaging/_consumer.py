@@ -260,7 +260,7 @@ class RunClaims:
                     key = key_of(message)
                 if key is None or key in seen:
                     continue
-                body = message.body
+                body = message._body
                 items.append((key, _sha256(body).hexdigest()[:32] if type(body) is bytes else fingerprint(body)))
             except Exception:  # the caller's key function failed: the message meets it again on its own
                 continue
@@ -286,6 +286,8 @@ class RunClaims:
     def complete_batch(self, done: list[tuple[Message, list[Any], bytes | None]]) -> None:
         """Complete the claims ``done`` ((message, held claim, result)) in one store call (``complete_many``)."""
         errors = complete_many(self.store, [(held[0], held[1], result) for _, held, result in done])
+        if errors.count(None) == len(errors):
+            return
         for (message, _, _), error in zip(done, errors, strict=True):
             if error is not None:
                 log.warning("could not complete idempotency key of message %s: %s", message.id, error)
@@ -518,14 +520,16 @@ class ConsumerLoop:
         self._flush_completes()
         acks, self.acks = self.acks, []
         if acks:
-            failed = report_failed_acks(acks, self.sub._ack_each(acks), self._count)
-            if failed:
+            errors = self.sub._ack_each(acks)
+            if errors.count(None) != len(errors):
+                failed = report_failed_acks(acks, errors, self._count)
                 with self.cond:
                     self.stats.acked -= failed
         self.ahead = {}
         with self.cond:
+            drop = self.holding.held.pop  # Holding.drop, inline: once per message
             for message in done:
-                self.holding.drop(message)
+                drop(id(message), None)
             self.cond.notify_all()
 
     def _flush_completes(self) -> None:
