@@ -26,6 +26,8 @@ your own tables beside it.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import os
 import sqlite3
 import threading
@@ -83,15 +85,25 @@ _INSERT = (
     "INTO portable_idempotency (key, fingerprint, token, completed, lease_until, expires_at, ttl, result, "
     "starts, failures, released) VALUES (?, ?, ?, 0, ?, ?, ?, NULL, ?, ?, 0)"
 )
-#: a multi-row INSERT of new claims, ``_INSERT_ROW`` once per row (6 parameters a row)
+#: a multi-row INSERT of new claims that share their token, lease end, expiry and ttl (parameters
+#: ?1-?4), then a (key, fingerprint) pair a row: see :func:`_insert_claims`
 _INSERT_MANY = (
     "INSERT OR IGNORE INTO portable_idempotency (key, fingerprint, token, lease_until, expires_at, ttl, "
     "completed, result, starts, failures, released) VALUES "
 )
-_INSERT_ROW = "(?, ?, ?, ?, ?, ?, 0, NULL, 1, 0, 0)"
-#: rows per multi-row statement: within SQLite's 999 parameters before 3.32
-_ROWS_PER_INSERT = 160
+#: rows per multi-row statement: 4 + 2 a row, within SQLite's 999 parameters before 3.32
+_ROWS_PER_INSERT = 480
 _ROWS_PER_UPDATE = 480
+
+
+@functools.lru_cache(maxsize=8)
+def _insert_claims(rows: int) -> str:
+    """The INSERT of ``rows`` new claims: parameters token, lease end, expiry, ttl, then each row's
+    key and fingerprint (the shared values bound once, the pairs flattened at C speed)."""
+    values = ",".join(f"(?{5 + 2 * i}, ?{6 + 2 * i}, ?1, ?2, ?3, ?4, 0, NULL, 1, 0, 0)" for i in range(rows))
+    return _INSERT_MANY + values
+
+
 _new_claim = Claim.__new__
 _set_status, _set_token, _set_result, _set_lease, _set_starts, _set_failures = (
     Claim.__dict__[name].__set__ for name in ("status", "token", "result", "lease_remaining", "starts", "failures")
@@ -285,25 +297,27 @@ class SqliteStore:
             now = self._clock()
             # one token for the new claims of this call: a token tells one claim of a key from its
             # other claims (never shared by two claims of one key), so the keys of one call can
-            # share it; complete_many then marks them done with one "token = ?" statement
-            token = new_token()
-            first: dict[str, int] = {}  # each key's first pair in the batch
-            for i, (key, _) in enumerate(pairs):
-                first.setdefault(key, i)
-            # the common case, all keys new: a few multi-row statements; the rowcount says whether it was so
-            until, expires = now + lease, now + ttl
-            if len(first) == len(pairs):
-                rows = [(key, fp, token, until, expires, ttl) for key, fp in pairs]
-            else:
-                rows = [(key, pairs[i][1], token, until, expires, ttl) for key, i in first.items()]
+            # share it; complete_many then marks them done with one "token = ?" statement. 16 hex
+            # digits (64 random bits) tell a key's claims apart as well, in half the row space
+            token = os.urandom(8).hex()
+            # the common case, all keys new and none twice: a few multi-row statements, the
+            # rowcount says whether it was so
+            first: dict[str, int] | None = None  # each key's first pair in the batch, where a key is twice
+            if len({key for key, _ in pairs}) != len(pairs):
+                first = {}
+                for i, (key, _) in enumerate(pairs):
+                    first.setdefault(key, i)
+            new = pairs if first is None else [pairs[i] for i in first.values()]
+            flat = list(itertools.chain.from_iterable(new))
+            shared = [token, now + lease, now + ttl, ttl]
             inserted = 0
-            for start in range(0, len(rows), _ROWS_PER_INSERT):
-                values = rows[start : start + _ROWS_PER_INSERT]
-                inserted += conn.execute(
-                    _INSERT_MANY + ",".join([_INSERT_ROW] * len(values)), [v for row in values for v in row]
-                ).rowcount
-            if inserted == len(pairs):  # every pair a new key (so no key twice): all acquired, alike
-                return [_acquired(token, lease)] * len(pairs)
+            for start in range(0, len(new), _ROWS_PER_INSERT):
+                rows = min(_ROWS_PER_INSERT, len(new) - start)
+                inserted += conn.execute(_insert_claims(rows), shared + flat[2 * start : 2 * (start + rows)]).rowcount
+            if first is None:
+                if inserted == len(pairs):  # every pair a new key: all acquired, alike
+                    return [_acquired(token, lease)] * len(pairs)
+                first = {key: i for i, (key, _) in enumerate(pairs)}
             mine: set[int] = set(first.values())
             if inserted != len(first):  # some keys had records: which rows hold this batch's token?
                 mine = set()
@@ -342,6 +356,11 @@ class SqliteStore:
         TooLarge (its claim is kept); a lost claim its PreconditionFailed.
         """
         out: list[BaseException | None] = [None] * len(items)
+        if len(items) > 1 and [item[2] for item in items].count(None) == len(items):
+            tokens = {item[1] for item in items}
+            if len(tokens) == 1:  # the common case: one claim_many call's keys, no results
+                self._complete_keys([item[0] for item in items], tokens.pop(), out)
+                return out
         rows: list[tuple[bytes | None, float, str, str, float]] = []
         where: list[int] = []
         for i, (key, token, result) in enumerate(items):
@@ -374,14 +393,7 @@ class SqliteStore:
                 if len(keys) == 1:
                     alone.append((now, keys[0], token, now))
                     continue
-                for start in range(0, len(keys), _ROWS_PER_UPDATE):
-                    chunk = keys[start : start + _ROWS_PER_UPDATE]
-                    changed += conn.execute(
-                        f"UPDATE portable_idempotency SET completed = 1, expires_at = MAX(expires_at, ? + ttl) "
-                        f"WHERE key IN ({','.join('?' * len(chunk))}) AND token = ? AND completed = 0 "
-                        "AND released = 0 AND expires_at > ?",
-                        [now, *chunk, token, now],
-                    ).rowcount
+                changed += _complete_under(conn, keys, token, now)
             if alone:
                 changed += conn.executemany(
                     "UPDATE portable_idempotency SET completed = 1, expires_at = MAX(expires_at, ? + ttl) WHERE " + _HELD,
@@ -392,6 +404,15 @@ class SqliteStore:
                     if not self._in_state(conn, key, token, "completed = 1"):
                         out[i] = lost_error(key)
         return out
+
+    def _complete_keys(self, keys: list[str], token: str, out: list[BaseException | None]) -> None:
+        """complete_many of the claims of ``keys`` (in ``out``'s order), all under ``token``, none with a result."""
+        with self._immediate() as conn:
+            now = self._clock()
+            if _complete_under(conn, keys, token, now) != len(keys):  # some claim was lost, or completed before
+                for i, key in enumerate(keys):
+                    if not self._in_state(conn, key, token, "completed = 1"):
+                        out[i] = lost_error(key)
 
     def _complete(self, conn: sqlite3.Connection, key: str, token: str, result: bytes | None) -> None:
         now = self._clock()
@@ -513,6 +534,21 @@ class SqliteStore:
         its own (its writes are atomic, but it may run again after a crash).
         """
         return TransactionalHandler(self, handler)
+
+
+def _complete_under(conn: sqlite3.Connection, keys: list[str], token: str, now: float) -> int:
+    """Mark the claims of ``keys`` that ``token`` still holds completed (no result); how many rows
+    changed. "key IN (...) AND token = ?" is exactly those pairs: one statement per 480 keys."""
+    changed = 0
+    for start in range(0, len(keys), _ROWS_PER_UPDATE):
+        chunk = keys[start : start + _ROWS_PER_UPDATE]
+        changed += conn.execute(
+            "UPDATE portable_idempotency SET completed = 1, expires_at = MAX(expires_at, ? + ttl) "
+            f"WHERE key IN ({','.join('?' * len(chunk))}) AND token = ? AND completed = 0 "
+            "AND released = 0 AND expires_at > ?",
+            [now, *chunk, token, now],
+        ).rowcount
+    return changed
 
 
 def _record(
