@@ -247,25 +247,7 @@ class RunClaims:
         Returns (key, answer) by ``id(message)``; an empty table if the batch could not be
         claimed (then each message claims on its own, and meets the store's error there).
         """
-        items: list[tuple[str, str]] = []
-        owners: list[Message] = []
-        seen: set[str] = set()
-        key_of, add = self.key, seen.add
-        # the default key function's common answer, read in place: the publisher's key attribute
-        plain = self.key_of is default_idempotency_key
-        for message in messages:
-            try:
-                key = message._attributes.get(IDEMPOTENCY_ATTRIBUTE) if plain else None
-                if key is None:
-                    key = key_of(message)
-                if key is None or key in seen:
-                    continue
-                body = message._body
-                items.append((key, _sha256(body).hexdigest()[:32] if type(body) is bytes else fingerprint(body)))
-            except Exception:  # the caller's key function failed: the message meets it again on its own
-                continue
-            add(key)
-            owners.append(message)
+        owners, items = self._window_items(messages)
         if not items:
             return {}
         try:
@@ -274,14 +256,56 @@ class RunClaims:
             log.warning("claiming %d idempotency keys at once failed (each is claimed on its own): %s", len(items), exc)
             return {}
         ends = time.monotonic() + self.lease
+        ids = [id(message) for message in owners]
+        keys = [key for key, _ in items]
+        first = answers[0]
+        if (
+            type(first) is Claim and first.status == "acquired" and first.token is not None
+            and all(answer is first for answer in answers)
+        ):  # fmt: skip
+            # the common answer: every key new, one Claim for all (SqliteStore); built at C speed
+            token = first.token
+            claimed = [[key, token, ends, True] for key in keys]
+            with self._lock:
+                self._held.update(zip(ids, claimed, strict=True))
+            return dict(zip(ids, zip(keys, itertools.repeat(first), strict=False), strict=True))
         out: dict[int, tuple[str, Claim | IdempotencyConflict]] = {}
         with self._lock:
             held = self._held
-            for message, (key, _), claim in zip(owners, items, answers, strict=True):
-                out[id(message)] = (key, claim)
+            for mid, key, claim in zip(ids, keys, answers, strict=True):
+                out[mid] = (key, claim)
                 if type(claim) is Claim and claim.status == "acquired" and claim.token is not None:
-                    held[id(message)] = [key, claim.token, ends, True]
+                    held[mid] = [key, claim.token, ends, True]
         return out
+
+    def _window_items(self, messages: Sequence[Message]) -> tuple[Sequence[Message], list[tuple[str, str]]]:
+        """The messages whose keys a window claims ahead, and their (key, fingerprint) pairs: each
+        key's first message (a message whose key function fails, or that has no key, is left out)."""
+        if self.key_of is default_idempotency_key:
+            # the common window: every message has the publisher's key, none twice, bytes bodies
+            keys = [message._attributes.get(IDEMPOTENCY_ATTRIBUTE) for message in messages]
+            if None not in keys and len(set(keys)) == len(keys):
+                fps = [
+                    _sha256(body).hexdigest()[:32] if type(body) is bytes else fingerprint(body)
+                    for body in [message._body for message in messages]
+                ]  # fmt: skip
+                return messages, list(zip(keys, fps, strict=True))  # type: ignore[arg-type]  # no None in keys
+        items: list[tuple[str, str]] = []
+        owners: list[Message] = []
+        seen: set[str] = set()
+        key_of, add = self.key, seen.add
+        for message in messages:
+            try:
+                key = key_of(message)
+                if key is None or key in seen:
+                    continue
+                body = message._body
+                items.append((key, _sha256(body).hexdigest()[:32] if type(body) is bytes else fingerprint(body)))
+            except Exception:  # the caller's key function failed: the message meets it again on its own
+                continue
+            add(key)
+            owners.append(message)
+        return owners, items
 
     def complete_batch(self, done: list[tuple[Message, list[Any], bytes | None]]) -> None:
         """Complete the claims ``done`` ((message, held claim, result)) in one store call (``complete_many``)."""

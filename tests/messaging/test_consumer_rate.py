@@ -337,3 +337,29 @@ def test_a_batch_is_acked_once_after_its_windows_and_a_repeated_key_is_skipped_n
     assert stats.skipped == 13 and stats.deferred == 0
     assert stats.acked == 700
     assert calls["ack_many"] == calls["receive"] > 0, calls
+
+
+def test_the_common_window_is_claimed_as_the_general_path_claims_it(tmp_path: Path, unique_name: str) -> None:
+    """claim_ahead takes a shortcut for the common window (the default key function, every message
+    keyed, no key twice, SqliteStore's one Claim for all new keys); a key function of the same
+    answers takes the general path: both claim the same pairs and hold the same claims."""
+    url = f"sqlite://{tmp_path / 'q.db'}?name={unique_name}"
+    with pm.open_topic(url) as topic:
+        topic.publish_batch([pm.OutgoingMessage(f"b{i}".encode(), idempotency_key=f"k-{i}") for i in range(300)])
+    sub = pm.open_subscription(url)
+    messages = sub.receive(300, wait=1.0)
+    assert len(messages) == 300
+    got = {}
+    for name, key_of in (("shortcut", pm.default_idempotency_key), ("general", lambda m: m.idempotency_key)):
+        claims = _consumer.RunClaims(SqliteStore(tmp_path / f"{name}.db"), key_of, lease=30, ttl=600)
+        owners, items = claims._window_items(messages)
+        ahead = claims.claim_ahead(messages)
+        got[name] = (
+            [id(m) for m in owners], items,
+            {mid: (key, claim.status, claim.starts, claim.failures) for mid, (key, claim) in ahead.items()},  # type: ignore[union-attr]
+            {mid: (held[0], held[3]) for mid, held in claims._held.items()},
+            {held[1] for held in claims._held.values()} == {claim.token for _, claim in ahead.values()},  # type: ignore[union-attr]
+        )  # fmt: skip
+    assert got["shortcut"] == got["general"]
+    assert len(got["shortcut"][2]) == 300 and got["shortcut"][4]
+    sub.ack_many(messages)
