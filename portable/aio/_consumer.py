@@ -335,6 +335,7 @@ class AsyncConsumerLoop:
             claim = self.ahead.pop(id(message))[1]
             assert isinstance(claim, Claim) and claim.starts is not None
             attempt, failures, claimed = claim.starts, claim.failures or 0, True
+        settled = False
         try:
             if self.stop.is_set() and self.abandon.is_set():
                 await self._release(message)
@@ -348,13 +349,14 @@ class AsyncConsumerLoop:
             except BaseException:
                 await adrive(self.script.handler_interrupted(message, claimed), self._effect, shield=_always)
                 raise
-            hold_settlement(self, claims, message, claimed, result)
+            hold_settlement(self, claims, message, claimed, result)  # takes the claim off the table
+            settled = True
         except asyncio.CancelledError:
             pass  # given back (handler_interrupted); the drain counts it unfinished
         except Exception:  # the loop must survive anything; the message's lease will expire
             log.exception("the consumer loop failed on message %s", message.id)
         finally:
-            if claims is not None:
+            if claims is not None and not settled:
                 claims.forget_held(message)
             self.holding.held.pop(id(message), None)
             self.changed.set()
