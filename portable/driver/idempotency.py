@@ -45,7 +45,7 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import (
@@ -351,18 +351,6 @@ def check_claim_args(key: object, fp: object, lease: float, ttl: float) -> None:
         raise InvalidArgument(f"lease must be > 0 seconds, got {lease!r}")
     if not ttl >= lease:
         raise InvalidArgument(f"ttl ({ttl!r}) must be >= lease ({lease!r})")
-
-
-def check_claim_pairs(pairs: Sequence[tuple[str, str]], lease: float, ttl: float) -> None:
-    """:func:`check_claim_args` for each (key, fingerprint) pair of a batch, in one pass.
-
-    Raises:
-        InvalidArgument: the first bad pair's error, as check_claim_args words it.
-    """
-    check_claim_args("k", "f", lease, ttl)
-    if not all(type(k) is str and 0 < len(k) <= 1024 and type(f) is str and f for k, f in pairs):
-        for key, fp in pairs:
-            check_claim_args(key, fp, lease, ttl)
 
 
 def check_result(result: bytes | None, limit: int) -> None:

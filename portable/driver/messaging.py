@@ -737,15 +737,10 @@ class SubscriptionDriver(abc.ABC):
         """Release what this side holds (the MessagingDriver closes the client)."""
 
     def owner_gone(self) -> None:  # noqa: B027 - optional hook
-        """The Subscription that owned this side was garbage-collected (closed or not).
-
-        Messages handed out may still be settled through this side afterwards, so it must
-        keep working; a driver whose objects refer to one another through objects the cycle
-        collector does not see (the Kafka engine's deliveries, untracked for speed) hands them
-        back to it here, so that the whole graph is freed once nothing refers to it. Nothing
-        a driver hands out may refer back to the Subscription. Called once, from a finaliser:
-        it must not raise. Default: nothing.
-        """
+        """The Subscription that owned this side was collected (closed or not); messages handed out
+        may still be settled through it. A driver whose objects refer to one another through objects
+        the cycle collector does not see (the Kafka engine's deliveries) hands them back to it here.
+        Called once, from a finaliser: must not raise. Default: nothing."""
 
 
 class MessagingDriver(Classifier, abc.ABC):

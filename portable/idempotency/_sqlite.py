@@ -46,7 +46,6 @@ from ..driver.idempotency import (
     IdempotencyRecord,
     TransactionalHandler,
     check_claim_args,
-    check_claim_pairs,
     check_result,
     claim_outcome,
     lost_error,
@@ -94,6 +93,18 @@ _INSERT_MANY = (
 #: rows per multi-row statement: 4 + 2 a row, within SQLite's 999 parameters before 3.32
 _ROWS_PER_INSERT = 480
 _ROWS_PER_UPDATE = 480
+
+
+def check_claim_pairs(pairs: Sequence[tuple[str, str]], lease: float, ttl: float) -> None:
+    """``check_claim_args`` for each (key, fingerprint) pair of a batch, in one pass.
+
+    Raises:
+        InvalidArgument: the first bad pair's error, as check_claim_args words it.
+    """
+    check_claim_args("k", "f", lease, ttl)
+    if not all(type(k) is str and 0 < len(k) <= 1024 and type(f) is str and f for k, f in pairs):
+        for key, fp in pairs:
+            check_claim_args(key, fp, lease, ttl)
 
 
 @functools.lru_cache(maxsize=8)
