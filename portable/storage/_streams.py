@@ -341,6 +341,8 @@ class BucketWriter(io.RawIOBase):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is not None:
             self._give_up_after(exc)  # the with-block's exception propagates, whatever the abort does
+        elif exc_type is not None:
+            self._give_up()
         else:
             self.close()
 

@@ -133,3 +133,14 @@ def test_the_async_face_keeps_the_with_blocks_error_and_a_cancel_alike(caplog: p
     assert caplog.text.count("could not abort the failed write of k") == 2 and SECRET not in caplog.text
     with pytest.raises(NotFound):
         Bucket(driver).head("k")
+
+
+def test_an_exit_with_an_exception_type_and_no_instance_aborts() -> None:
+    """``__exit__(type, None, tb)`` (a manual call may pass no instance) gives up the write, as
+    an exception does: a possibly truncated object is never committed."""
+    bucket = Bucket(MemoryStorage(), policy=POLICY)
+    out: Any = bucket.open("k", "wb", part_size=4096)
+    out.write(b"a" * 10)
+    out.__exit__(RuntimeError, None, None)
+    with pytest.raises(NotFound):
+        bucket.head("k")
