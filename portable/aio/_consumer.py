@@ -29,9 +29,9 @@ from ..driver.redaction import redact
 from ..driver.threads import run_blocking
 from ..errors import IdempotencyConflict, InvalidArgument, PortableError
 from ..messaging import RunStats
+from ..messaging._claims import RunClaims
 from ..messaging._consumer import (
     CLAIM_WINDOW,
-    RunClaims,
     keeper_interval,
     lease_not_kept,
 )

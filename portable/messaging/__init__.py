@@ -75,7 +75,7 @@ from __future__ import annotations
 
 # The package: _validation (what every provider accepts), _open (URL or profile to a driver,
 # and the base Topic and Subscription share), _topic, _message (Message and how it is
-# settled), _subscription, _consumer (the run() loop).
+# settled), _subscription, _consumer (the run() loop) and _claims (its idempotency claims).
 #
 # The names outside __all__ stay importable from here, as before the package (``X as X``
 # marks them re-exported for type checkers).
@@ -93,8 +93,8 @@ from ..driver.messaging import MessagingDriver as MessagingDriver
 from ..driver.messaging import ReceivedMessage as ReceivedMessage
 from ..driver.messaging import SubscriptionDriver as SubscriptionDriver
 from ..driver.messaging import TopicDriver as TopicDriver
+from ._claims import default_idempotency_key as default_idempotency_key
 from ._consumer import RunStats
-from ._consumer import default_idempotency_key as default_idempotency_key
 from ._message import Message
 from ._open import open_driver as open_driver
 from ._subscription import DEFAULT_LEASE as DEFAULT_LEASE

@@ -12,26 +12,23 @@ handler did not finish.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import logging
 import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..cloudevents import dedup_key_of
-from ..driver.idempotency import Claim, IdempotencyStore, fingerprint
-from ..driver.messaging import IDEMPOTENCY_ATTRIBUTE, MAX_RECEIVE, Delivery
+from ..driver.idempotency import Claim
+from ..driver.messaging import ACKED, LEASED, MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
-from ..idempotency._batch import claim_many, complete_many, unclaim
-from ..idempotency._run_once import observed_claim
 from ..telemetry._propagation import ConsumerTelemetry
+from ._claims import RunClaims, SharedClaim
 from ._handling import Effect, Holding, MessageScript, RunOptions, drive
 from ._message import Message, MessageSettler
 from ._window import hold_settlement, report_failed_acks
@@ -40,21 +37,12 @@ if TYPE_CHECKING:
     from ._subscription import Subscription
     from ._topic import Topic
 
-_sha256 = hashlib.sha256  # fingerprint() of a bytes body, without the call (the same digest)
 
 #: messages whose keys the batched loop claims at once, then completes and acks at once
 CLAIM_WINDOW = 256
 
 # the loop logs as the public module does, so existing logging configuration keeps working
 log = logging.getLogger("portable.messaging")
-
-
-def default_idempotency_key(message: Message) -> str | None:
-    """The key ``run()`` deduplicates on: ``portable.idempotency_key``, else a CloudEvent's source and id."""
-    key = message.idempotency_key
-    if key is not None:
-        return key
-    return dedup_key_of(message.body, message.attributes)
 
 
 @dataclass
@@ -110,239 +98,6 @@ def stop_on_signals(consumer: ConsumerLoop) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-class RunClaims:
-    """The idempotency claims of one :meth:`Subscription.run` call.
-
-    A message's key is claimed before its handler runs, then completed (with the
-    handler's result), released (it failed) or forgotten (it was dead-lettered);
-    the lease keeper extends the claims of long handlers where the store can
-    (``extend``). The lock guards only the table of claims held, never a call to the store.
-
-    Args:
-        by_message_id: a message without an idempotency key is claimed under
-            ``portable.message-id:<id>`` (where the provider does not count
-            deliveries, the store counts the handler's starts instead).
-    """
-
-    def __init__(
-        self,
-        store: IdempotencyStore,
-        key_of: Callable[[Message], str | None],
-        *,
-        lease: float,
-        ttl: float,
-        by_message_id: bool = False,
-    ) -> None:
-        self.store = store
-        self.key_of = key_of
-        self.lease = lease
-        self.ttl = ttl
-        self.by_message_id = by_message_id
-        self.extendable = getattr(store, "extend", None) is not None
-        self._lock = threading.Lock()
-        self._held: dict[int, list[Any]] = {}  # id(message) -> [key, token, lease ends, extend it]
-
-    @classmethod
-    def of(cls, options: RunOptions) -> RunClaims | None:
-        """The claims of a run with ``options``, or None without an idempotency store."""
-        if options.idempotency is None:
-            return None
-        return cls(
-            options.idempotency, options.idempotency_key, lease=options.idempotency_lease,
-            ttl=options.idempotency_ttl, by_message_id=options.count_by_message_id,
-        )  # fmt: skip
-
-    def key(self, message: Message) -> str | None:
-        """The key ``message`` is claimed under, or None for none."""
-        key = self.key_of(message)
-        if key is None and self.by_message_id:
-            return f"portable.message-id:{message.id}"
-        return key
-
-    def claim(self, message: Message, key: str) -> Claim:
-        """Claim ``key`` for ``message``.
-
-        Raises:
-            IdempotencyConflict: the key was used with another body.
-            Exception: whatever else the store raises.
-        """
-        claim = observed_claim(self.store, key, fingerprint(message.body), self.lease, self.ttl)
-        if claim.status == "acquired" and claim.token is not None:
-            with self._lock:
-                self._held[id(message)] = [key, claim.token, time.monotonic() + self.lease, True]
-        return claim
-
-    def held(self, message: Message) -> tuple[str, str] | None:
-        """(key, token) of ``message``'s claim, if this run holds one."""
-        with self._lock:
-            held = self._held.get(id(message))
-        return None if held is None else (held[0], held[1])
-
-    def hold_without_extending(self, message: Message) -> None:
-        """Stop extending ``message``'s claim: the store's lock keeps it while the effect runs."""
-        with self._lock:
-            held = self._held.get(id(message))
-            if held is not None:
-                held[3] = False
-
-    def complete(self, message: Message, result: bytes | None) -> None:
-        """Record that ``message``'s handler ran, with ``result``, if its key was claimed here."""
-        self.complete_held(message, self.forget_held(message), result)
-
-    def release(self, message: Message) -> None:
-        """Give ``message``'s key back after its handler failed, if it was claimed here."""
-        self.release_held(message, self.forget_held(message))
-
-    def forget(self, message: Message) -> None:
-        """Give ``message``'s key up with its counts (it was dead-lettered), if it was claimed here.
-
-        A redriven copy is then counted from its first start. A store without
-        ``forget`` gets ``release``.
-        """
-        self.forget_claim(message, self.forget_held(message))
-
-    # The *_held forms take the claim already taken off the table (``forget_held``), so that
-    # a caller that must not race another's bookkeeping (the async loop, whose store calls run
-    # in the pool after the task may have moved on) takes it first, then calls the store.
-    def complete_held(self, message: Message, held: list[Any] | None, result: bytes | None) -> None:
-        """:meth:`complete` for a claim ``held`` already taken off the table (None: nothing to do)."""
-        if held is not None:
-            try:
-                self.store.complete(held[0], held[1], result)
-            except Exception as exc:
-                log.warning("could not complete idempotency key of message %s: %s", message.id, exc)
-
-    def release_held(self, message: Message, held: list[Any] | None) -> None:
-        """:meth:`release` for a claim ``held`` already taken off the table (None: nothing to do)."""
-        if held is not None:
-            try:
-                self.store.release(held[0], held[1])
-            except Exception as exc:
-                log.warning("could not release idempotency key of message %s: %s", message.id, exc)
-
-    def forget_claim(self, message: Message, held: list[Any] | None) -> None:
-        """:meth:`forget` for a claim ``held`` already taken off the table (None: nothing to do)."""
-        if held is not None:
-            forget = getattr(self.store, "forget", None) or self.store.release
-            try:
-                forget(held[0], held[1])
-            except Exception as exc:
-                log.warning("could not give up idempotency key of message %s: %s", message.id, exc)
-
-    def forget_held(self, message: Message) -> list[Any] | None:
-        """Stop holding ``message``'s claim; return it ([key, token, lease ends, extend]) if there was one."""
-        if not self._held:
-            return None
-        with self._lock:
-            return self._held.pop(id(message), None)
-
-    # -- in batches (the loop of concurrency 1: see ConsumerLoop._batch_worker) --------------
-    def claim_ahead(self, messages: Sequence[Message]) -> dict[int, tuple[str, Claim | IdempotencyConflict]]:
-        """Claim the keys of ``messages`` in one store call (``claim_many``), before their handlers run.
-
-        Only a key's first message in the batch is claimed ahead (a later one claims when
-        its turn comes, after the first's completion is written, so it meets ``"completed"``).
-        Returns (key, answer) by ``id(message)``; an empty table if the batch could not be
-        claimed (then each message claims on its own, and meets the store's error there).
-        """
-        owners, items = self._window_items(messages)
-        if not items:
-            return {}
-        try:
-            answers = claim_many(self.store, items, lease=self.lease, ttl=self.ttl)
-        except Exception as exc:
-            log.warning("claiming %d idempotency keys at once failed (each is claimed on its own): %s", len(items), exc)
-            return {}
-        ends = time.monotonic() + self.lease
-        ids = [id(message) for message in owners]
-        keys = [key for key, _ in items]
-        first = answers[0]
-        if (
-            type(first) is Claim and first.status == "acquired" and first.token is not None
-            and all(answer is first for answer in answers)
-        ):  # fmt: skip
-            # the common answer: every key new, one Claim for all (SqliteStore); built at C speed
-            token = first.token
-            claimed = [[key, token, ends, True] for key in keys]
-            with self._lock:
-                self._held.update(zip(ids, claimed, strict=True))
-            return dict(zip(ids, zip(keys, itertools.repeat(first), strict=False), strict=True))
-        out: dict[int, tuple[str, Claim | IdempotencyConflict]] = {}
-        with self._lock:
-            held = self._held
-            for mid, key, claim in zip(ids, keys, answers, strict=True):
-                out[mid] = (key, claim)
-                if type(claim) is Claim and claim.status == "acquired" and claim.token is not None:
-                    held[mid] = [key, claim.token, ends, True]
-        return out
-
-    def _window_items(self, messages: Sequence[Message]) -> tuple[Sequence[Message], list[tuple[str, str]]]:
-        """The messages whose keys a window claims ahead, and their (key, fingerprint) pairs: each
-        key's first message (a message whose key function fails, or that has no key, is left out)."""
-        if self.key_of is default_idempotency_key:
-            # the common window: every message has the publisher's key, none twice, bytes bodies
-            keys = [message._attributes.get(IDEMPOTENCY_ATTRIBUTE) for message in messages]
-            if None not in keys and len(set(keys)) == len(keys):
-                bodies = [message._body for message in messages]
-                try:
-                    fps = [_sha256(b).hexdigest()[:32] if type(b) is bytes else fingerprint(b) for b in bodies]
-                    return messages, list(zip(keys, fps, strict=True))  # type: ignore[arg-type]  # no None in keys
-                except Exception:  # a body fingerprint() refuses: the general path leaves its message out
-                    pass
-        items: list[tuple[str, str]] = []
-        owners: list[Message] = []
-        seen: set[str] = set()
-        key_of, add = self.key, seen.add
-        for message in messages:
-            try:
-                key = key_of(message)
-                if key is None or key in seen:
-                    continue
-                body = message._body
-                items.append((key, _sha256(body).hexdigest()[:32] if type(body) is bytes else fingerprint(body)))
-            except Exception:  # the caller's key function failed: the message meets it again on its own
-                continue
-            add(key)
-            owners.append(message)
-        return owners, items
-
-    def complete_batch(self, done: list[tuple[Message, list[Any], bytes | None]]) -> None:
-        """Complete the claims ``done`` ((message, held claim, result)) in one store call (``complete_many``)."""
-        errors = complete_many(self.store, [(held[0], held[1], result) for _, held, result in done])
-        if errors.count(None) == len(errors):
-            return
-        for (message, _, _), error in zip(done, errors, strict=True):
-            if error is not None:
-                log.warning("could not complete idempotency key of message %s: %s", message.id, error)
-
-    def unclaim(self, message: Message) -> None:
-        """Give back ``message``'s claim taken ahead, its handler never started (see :func:`unclaim`)."""
-        held = self.forget_held(message)
-        if held is not None:
-            try:
-                unclaim(self.store, held[0], held[1])
-            except Exception as exc:
-                log.warning("could not give back idempotency key of message %s: %s", message.id, exc)
-
-    def keep(self) -> None:
-        """Extend the claims of long handlers that are past half their lease, where the store can."""
-        extend = getattr(self.store, "extend", None)
-        if extend is None:
-            return
-        with self._lock:
-            held = [claim for claim in self._held.values() if claim[3]]
-        now = time.monotonic()
-        for claim in held:
-            key, token, ends, _ = claim
-            if ends - now > self.lease / 2:
-                continue
-            try:
-                extend(key, token, self.lease)
-                claim[2] = now + self.lease
-            except Exception as exc:
-                log.warning("could not extend the idempotency claim %s: %s", key, exc)
 
 
 class ConsumerLoop:
@@ -476,8 +231,7 @@ class ConsumerLoop:
                 with self.cond:
                     self.stats.received += len(messages)
                     if not self.stop.is_set():
-                        for message in messages:
-                            self.holding.held[id(message)] = message
+                        self.holding.held.update(zip(map(id, messages), messages, strict=True))
                         self.queue.extend(messages)
                         messages = []
                 if messages:  # stopped meanwhile: give them back
@@ -500,6 +254,7 @@ class ConsumerLoop:
         # a transactional handler claims each key just before it runs (its commit completes it)
         claims = self.claims if self.options.transactional is None and self.per_window else None
         window: list[Message] = []
+        limit = self.options.max_deliveries
         left = 0 if claims is not None else -1  # messages still to run of the window claimed ahead
         handled = 0
         try:
@@ -521,12 +276,21 @@ class ConsumerLoop:
                         upcoming = [message, *itertools.islice(queue, CLAIM_WINDOW - 1)]
                     except RuntimeError:  # the caller is taking the queue back (stopping)
                         upcoming = [message]
-                    self.ahead = claims.claim_ahead(upcoming)
+                    ahead = claims.claim_window(upcoming)
                     left = len(upcoming)
                     if stopped():  # what the caller took back meanwhile gives its claims back too
                         for m in upcoming[1:]:
                             if id(m) not in self.holding.held:
                                 claims.unclaim(m)
+                    if isinstance(ahead, SharedClaim):
+                        shared = ahead.claim
+                        if shared.starts is not None and (limit is None or shared.starts <= limit):
+                            self.ahead = {}
+                            handled += self._run_window(upcoming, shared, window)
+                            left = 0
+                            continue
+                        ahead = ahead.table(upcoming)  # over the limit: the script decides, message by message
+                    self.ahead = ahead
                 left -= 1
                 window.append(message)
                 handled += 1
@@ -540,6 +304,70 @@ class ConsumerLoop:
         finally:
             self._flush(window)
 
+    def _run_window(self, upcoming: list[Message], claim: Claim, window: list[Message]) -> int:
+        """Run the window ``upcoming`` whose messages all hold ``claim`` (one new claim shared, see
+        :meth:`RunClaims.claim_window`): its first message already taken off the queue, each next one
+        taken while the loop runs; each handled message's completion and ack held back, as
+        :func:`~portable.messaging._window.hold_settlement` does, in bulk after the window. A failed
+        handler goes through the script. How many messages were taken (also appended to ``window``)."""
+        claims = self.claims
+        assert claims is not None
+        queue, stopped, handler = self.queue, self.stop.is_set, self.handler
+        ok: list[Message] = []
+        results: dict[int, bytes] = {}
+        taken = 0
+        try:
+            for message in upcoming:
+                if taken:
+                    if stopped():
+                        break
+                    try:
+                        message = queue.popleft()
+                    except IndexError:
+                        break
+                taken += 1
+                window.append(message)
+                try:
+                    result = handler(message)
+                except Exception as exc:
+                    try:
+                        drive(self.script.handler_failed(message, claim.starts or 1, claim.failures or 0, True, exc), self._effect)
+                    except Exception:  # the loop must survive anything; the message's lease will expire
+                        log.exception("the consumer loop failed on message %s", message.id)
+                    finally:
+                        claims.forget_held(message)
+                    continue
+                except BaseException:
+                    try:
+                        drive(self.script.handler_interrupted(message, True), self._effect)
+                    finally:
+                        claims.forget_held(message)
+                    raise
+                ok.append(message)
+                if result is not None and isinstance(result, bytes):  # as the script completes it
+                    results[id(message)] = result
+        finally:
+            self._hold_window(ok, results)
+        return taken
+
+    def _hold_window(self, ok: list[Message], results: dict[int, bytes]) -> None:
+        """Hold back the completions and acks of the window's handled messages ``ok`` (in bulk)."""
+        if not ok:
+            return
+        assert self.claims is not None
+        held = self.claims.take_held(ok)
+        if results:
+            get = results.get
+            self.completes.extend((m, h, get(id(m))) for m, h in zip(ok, held, strict=True) if h is not None)
+        elif None in held:
+            self.completes.extend((m, h, None) for m, h in zip(ok, held, strict=True) if h is not None)
+        else:
+            self.completes.extend(zip(ok, held, itertools.repeat(None)))  # type: ignore[arg-type]  # no None in held
+        leased = [m for m in ok if m._state is LEASED]
+        self.acks.extend(leased)
+        acked = len(leased) if len(leased) == len(ok) else len(leased) + sum(1 for m in ok if m._state is ACKED)
+        self.stats.acked += acked  # only the batch worker counts acks in a batched run
+
     def _flush(self, done: list[Message]) -> None:
         """Write the completions held back, then ack the messages held back; stop holding ``done``."""
         self._flush_completes()
@@ -552,9 +380,7 @@ class ConsumerLoop:
                     self.stats.acked -= failed
         self.ahead = {}
         with self.cond:
-            drop = self.holding.held.pop  # Holding.drop, inline: once per message
-            for message in done:
-                drop(id(message), None)
+            deque(map(self.holding.held.pop, map(id, done), itertools.repeat(None)), maxlen=0)  # Holding.drop each
             self.cond.notify_all()
 
     def _flush_completes(self) -> None:

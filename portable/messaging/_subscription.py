@@ -24,10 +24,10 @@ from ..driver.messaging import (
 from ..driver.redaction import redact
 from ..errors import ConfigError, InvalidArgument, MissingCapability, PortableError
 from ..resilience import ResiliencePolicy
+from ._claims import default_idempotency_key
 from ._consumer import (
     ConsumerLoop,
     RunStats,
-    default_idempotency_key,
     stop_on_signals,
 )
 from ._handling import RunOptions
@@ -217,24 +217,32 @@ class Subscription(MessagingClient[SubscriptionDriver]):
         batched settlement). A message whose batched ack failed is acked again on its own; one no longer
         leased (settled meanwhile) is left alone."""
         out: list[PortableError | None] = [None] * len(messages)
-        pending = [(i, m) for i, m in enumerate(messages) if m._state is LEASED]
+        index: list[int] | None = None  # where each pending message is in ``messages`` (None: the same place)
+        pending = messages
+        if not all(m._state is LEASED for m in messages):
+            index = [i for i, m in enumerate(messages) if m._state is LEASED]
+            pending = [messages[i] for i in index]
         batch = self.capabilities.max_batch
         settler = self._settler
         for start in range(0, len(pending), batch):
             chunk = pending[start : start + batch]
             try:
                 results: list[BaseException | None] = self._guard.call(
-                    "ack", f"ack {len(chunk)} messages", self._side.ack_many, [m._handle for _, m in chunk]
+                    "ack", f"ack {len(chunk)} messages", self._side.ack_many, [m._handle for m in chunk]
                 )
             except PortableError:
-                again = chunk
+                again = list(enumerate(chunk, start))
             else:
-                again = acked_in_batch(chunk, results)
+                if len(results) == len(chunk) and results.count(None) == len(chunk):
+                    for m in chunk:
+                        m._state = ACKED
+                    continue
+                again = acked_in_batch(list(enumerate(chunk, start)), results)
             for i, m in again:
                 try:
                     settler.ack(m)
                 except PortableError as exc:
-                    out[i] = exc
+                    out[i if index is None else index[i]] = exc
         return out
 
     def _ack_chunks(self, messages: Iterable[Message]) -> list[list[Message]]:

@@ -10,7 +10,7 @@ from ..driver.messaging import ACKED, LEASED, Delivery
 from ..errors import PreconditionFailed
 
 if TYPE_CHECKING:
-    from ._consumer import RunClaims
+    from ._claims import RunClaims
 
 __all__ = ["acked_in_batch", "hold_settlement", "report_failed_acks"]
 
@@ -27,7 +27,7 @@ def hold_settlement(loop: Any, claims: RunClaims | None, message: Delivery, clai
         assert claims is not None
         held = claims.forget_held(message)
         if held is not None:
-            loop.completes.append((message, held, result if type(result) is bytes else None))
+            loop.completes.append((message, held, result if isinstance(result, bytes) else None))
     if message._state is LEASED:
         loop.acks.append(message)
         loop.stats.acked += 1  # only the batch worker counts acks in a batched run

@@ -18,7 +18,8 @@ import portable.aio as aio
 import portable.messaging as pm
 from portable.aio import _consumer as aio_consumer
 from portable.idempotency import SqliteStore
-from portable.messaging._consumer import CLAIM_WINDOW, RunClaims
+from portable.messaging._claims import RunClaims
+from portable.messaging._consumer import CLAIM_WINDOW
 
 N = 1300  # batches grow 8, 32, 128, 512, then 620 (of at most 1,000): windows of 256 in the larger ones
 

@@ -25,7 +25,7 @@ import pytest
 import portable.messaging as pm
 from portable.idempotency import MemoryStore, SqliteStore, fingerprint
 from portable.idempotency._batch import claim_many, complete_many, unclaim
-from portable.messaging import _consumer
+from portable.messaging import _claims, _consumer
 from portable.telemetry import _observe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -351,7 +351,7 @@ def test_the_common_window_is_claimed_as_the_general_path_claims_it(tmp_path: Pa
     assert len(messages) == 300
     got = {}
     for name, key_of in (("shortcut", pm.default_idempotency_key), ("general", lambda m: m.idempotency_key)):
-        claims = _consumer.RunClaims(SqliteStore(tmp_path / f"{name}.db"), key_of, lease=30, ttl=600)
+        claims = _claims.RunClaims(SqliteStore(tmp_path / f"{name}.db"), key_of, lease=30, ttl=600)
         owners, items = claims._window_items(messages)
         ahead = claims.claim_ahead(messages)
         got[name] = (
