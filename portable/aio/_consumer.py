@@ -29,7 +29,7 @@ from ..driver.redaction import redact
 from ..driver.threads import run_blocking
 from ..errors import IdempotencyConflict, InvalidArgument, PortableError
 from ..messaging import RunStats
-from ..messaging._claims import RunClaims
+from ..messaging._claims import RunClaims, SharedClaim
 from ..messaging._consumer import (
     CLAIM_WINDOW,
     keeper_interval,
@@ -47,7 +47,7 @@ from ..messaging._handling import (
     Script,
 )
 from ..messaging._validation import check_lease, check_seconds
-from ..messaging._window import acked_in_batch, hold_settlement, report_failed_acks
+from ..messaging._window import acked_in_batch, hold_settlement, hold_window, report_failed_acks
 from ..telemetry._propagation import ConsumerTelemetry
 from ._msg_message import AsyncMessage
 
@@ -289,18 +289,32 @@ class AsyncConsumerLoop:
         claims = self.claims if self.options.transactional is None and self.per_window else None
         fast = self.telemetry is None and self.options.transactional is None
         window: list[Delivery] = []
+        limit = self.options.max_deliveries
         left = 0 if claims is not None else -1
         try:
-            for i, message in enumerate(messages):
+            i = 0
+            while i < len(messages):
+                message = messages[i]
+                i += 1
                 if self.stop.is_set():
                     return
                 if left == 0:
                     assert claims is not None
                     # the window's completions now, their acks with the batch's last window (one
                     # queue commit a batch, as the sync loop), then the next window's claims
-                    upcoming = messages[i : i + CLAIM_WINDOW]
-                    self.ahead = await self._complete_and_claim(claims, upcoming)
+                    upcoming = messages[i - 1 : i - 1 + CLAIM_WINDOW]
+                    ahead = await self._complete_and_claim(claims, upcoming)
                     left = len(upcoming)
+                    if isinstance(ahead, SharedClaim):
+                        shared = ahead.claim
+                        if shared.starts is not None and (limit is None or shared.starts <= limit):
+                            self.ahead = {}
+                            await self._run_window(upcoming, shared, window)
+                            i += left - 1
+                            left = 0
+                            continue
+                        ahead = ahead.table(upcoming)  # over the limit: the script decides, message by message
+                    self.ahead = ahead
                 left -= 1
                 window.append(message)
                 if fast and self._may_run_fast(message):
@@ -361,17 +375,64 @@ class AsyncConsumerLoop:
             self.holding.held.pop(id(message), None)
             self.changed.set()
 
-    async def _complete_and_claim(self, claims: RunClaims, upcoming: list[Delivery]) -> dict[int, Any]:
+    async def _run_window(self, upcoming: list[Delivery], claim: Claim, window: list[Delivery]) -> None:
+        """The sync loop's ``_run_window`` on the event loop: run the window ``upcoming``, whose
+        messages all hold ``claim``, each handler awaited in this task (no task or coroutine of the
+        loop's own a message); their completions and acks held back in bulk after the window
+        (:func:`~portable.messaging._window.hold_window`). A failure or a cancel goes through the
+        script's rules (``handler_failed``, ``handler_interrupted``); stops starting at a stop."""
+        claims = self.claims
+        assert claims is not None
+        handler, settler, stop = self.options.handler, self.settler, self.stop
+        ok: list[Delivery] = []
+        results: dict[int, bytes] = {}
+        try:
+            for message in upcoming:
+                if stop.is_set():
+                    return  # the drain gives the rest back, and their claims
+                window.append(message)
+                try:
+                    result = await handler(AsyncMessage(message, settler))
+                except Exception as exc:
+                    try:
+                        await adrive(self.script.handler_failed(message, claim.starts or 1, claim.failures or 0, True, exc),
+                                     self._effect, shield=self.shield)  # fmt: skip
+                    except Exception:  # the loop must survive anything; the message's lease will expire
+                        log.exception("the consumer loop failed on message %s", message.id)
+                    finally:
+                        claims.forget_held(message)
+                        self.holding.held.pop(id(message), None)
+                    continue
+                except BaseException as exc:
+                    try:
+                        await adrive(self.script.handler_interrupted(message, True), self._effect, shield=_always)
+                    finally:
+                        claims.forget_held(message)
+                        self.holding.held.pop(id(message), None)
+                    if isinstance(exc, asyncio.CancelledError):
+                        return  # given back (handler_interrupted); the drain counts it unfinished
+                    raise
+                ok.append(message)
+                if result is not None and isinstance(result, bytes):  # as the script completes it
+                    results[id(message)] = result
+        finally:
+            hold_window(self, claims, ok, results)
+            pop = self.holding.held.pop
+            for message in ok:
+                pop(id(message), None)
+            self.changed.set()
+
+    async def _complete_and_claim(self, claims: RunClaims, upcoming: list[Delivery]) -> dict[int, Any] | SharedClaim:
         """Write the completions held back, then claim ``upcoming``'s keys: one pool call for a
         blocking store, the completions first (a key of both windows then meets "completed")."""
         completes, self.completes = self.completes, []
 
-        def complete_and_claim() -> dict[int, Any]:
+        def complete_and_claim() -> dict[int, Any] | SharedClaim:
             if completes:
                 claims.complete_batch(completes)
-            return claims.claim_ahead(upcoming)
+            return claims.claim_window(upcoming)
 
-        ahead: dict[int, Any] = await self._store(complete_and_claim)  # inline or in the pool, as every store call
+        ahead: dict[int, Any] | SharedClaim = await self._store(complete_and_claim)  # inline or in the pool, as every store call
         return ahead
 
     async def _flush(self, window: list[Delivery]) -> None:

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..driver.idempotency import Claim
-from ..driver.messaging import ACKED, LEASED, MAX_RECEIVE, Delivery
+from ..driver.messaging import MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
 from ..errors import IdempotencyConflict, PortableError, PreconditionFailed
 from ..telemetry._propagation import ConsumerTelemetry
 from ._claims import RunClaims, SharedClaim
 from ._handling import Effect, Holding, MessageScript, RunOptions, drive
 from ._message import Message, MessageSettler
-from ._window import hold_settlement, report_failed_acks
+from ._window import hold_settlement, hold_window, report_failed_acks
 
 if TYPE_CHECKING:
     from ._subscription import Subscription
@@ -347,26 +347,8 @@ class ConsumerLoop:
                 if result is not None and isinstance(result, bytes):  # as the script completes it
                     results[id(message)] = result
         finally:
-            self._hold_window(ok, results)
+            hold_window(self, claims, ok, results)
         return taken
-
-    def _hold_window(self, ok: list[Message], results: dict[int, bytes]) -> None:
-        """Hold back the completions and acks of the window's handled messages ``ok`` (in bulk)."""
-        if not ok:
-            return
-        assert self.claims is not None
-        held = self.claims.take_held(ok)
-        if results:
-            get = results.get
-            self.completes.extend((m, h, get(id(m))) for m, h in zip(ok, held, strict=True) if h is not None)
-        elif None in held:
-            self.completes.extend((m, h, None) for m, h in zip(ok, held, strict=True) if h is not None)
-        else:
-            self.completes.extend(zip(ok, held, itertools.repeat(None)))  # type: ignore[arg-type]  # no None in held
-        leased = [m for m in ok if m._state is LEASED]
-        self.acks.extend(leased)
-        acked = len(leased) if len(leased) == len(ok) else len(leased) + sum(1 for m in ok if m._state is ACKED)
-        self.stats.acked += acked  # only the batch worker counts acks in a batched run
 
     def _flush(self, done: list[Message]) -> None:
         """Write the completions held back, then ack the messages held back; stop holding ``done``."""

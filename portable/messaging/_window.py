@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,7 @@ from ..errors import PreconditionFailed
 if TYPE_CHECKING:
     from ._claims import RunClaims
 
-__all__ = ["acked_in_batch", "hold_settlement", "report_failed_acks"]
+__all__ = ["acked_in_batch", "hold_settlement", "hold_window", "report_failed_acks"]
 
 log = logging.getLogger("portable.messaging")
 
@@ -33,6 +34,25 @@ def hold_settlement(loop: Any, claims: RunClaims | None, message: Delivery, clai
         loop.stats.acked += 1  # only the batch worker counts acks in a batched run
     elif message._state is ACKED:
         loop.stats.acked += 1
+
+
+def hold_window(loop: Any, claims: RunClaims, ok: list[Delivery], results: dict[int, bytes]) -> None:
+    """:func:`hold_settlement` for each message of ``ok`` at once: the messages of a window run on
+    one shared claim whose handlers returned (``results``: the bytes results, by ``id(message)``)."""
+    if not ok:
+        return
+    held = claims.take_held(ok)
+    if results:
+        get = results.get
+        loop.completes.extend((m, h, get(id(m))) for m, h in zip(ok, held, strict=True) if h is not None)
+    elif None in held:
+        loop.completes.extend((m, h, None) for m, h in zip(ok, held, strict=True) if h is not None)
+    else:
+        loop.completes.extend(zip(ok, held, itertools.repeat(None)))
+    leased = [m for m in ok if m._state is LEASED]
+    loop.acks.extend(leased)
+    acked = len(leased) if len(leased) == len(ok) else len(leased) + sum(1 for m in ok if m._state is ACKED)
+    loop.stats.acked += acked  # only the batch worker counts acks in a batched run
 
 
 def report_failed_acks(acks: Sequence[Delivery], errors: Sequence[BaseException | None], count: Callable[[str], None]) -> int:

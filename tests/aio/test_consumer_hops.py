@@ -47,7 +47,7 @@ def test_each_window_is_one_trip_to_the_pool(tmp_path: Path, monkeypatch: pytest
         return call
 
     monkeypatch.setattr(aio_consumer, "run_blocking", counting)
-    monkeypatch.setattr(RunClaims, "claim_ahead", spy("claim_ahead", RunClaims.claim_ahead))
+    monkeypatch.setattr(RunClaims, "claim_window", spy("claim_window", RunClaims.claim_window))
     monkeypatch.setattr(RunClaims, "complete_batch", spy("complete_batch", RunClaims.complete_batch))
     sizes: list[int] = []
     real_batch = aio_consumer.AsyncConsumerLoop._batch
@@ -75,13 +75,13 @@ def test_each_window_is_one_trip_to_the_pool(tmp_path: Path, monkeypatch: pytest
     assert stats.acked == N and sum(sizes) == N
     hops = [carried[h] for h in range(1, hop[0] + 1)]
     windows = sum(math.ceil(size / CLAIM_WINDOW) for size in sizes)
-    claim_hops = [h for h in hops if "claim_ahead" in h]
+    claim_hops = [h for h in hops if "claim_window" in h]
     ack_hops = [h for h in hops if "complete_and_ack" in h]
     assert len(claim_hops) == windows, "one trip a window: its claims, after the previous window's completions"
     assert len(ack_hops) == len(sizes), "one trip a batch: its last completions and its ack"
     assert len(hops) == windows + len(sizes), hops
     # every window's completions rode with the next window's claims or with the batch's ack
-    assert all(h == ["complete_and_claim", "claim_ahead"] or h == ["complete_and_claim", "complete_batch", "claim_ahead"]
+    assert all(h == ["complete_and_claim", "claim_window"] or h == ["complete_and_claim", "complete_batch", "claim_window"]
                for h in claim_hops), claim_hops  # fmt: skip
     assert all(h == ["complete_and_ack", "complete_batch"] for h in ack_hops), ack_hops
     assert sum(1 for h in claim_hops if "complete_batch" in h) == windows - len(sizes)
