@@ -26,7 +26,7 @@ from ..driver.aio_messaging import AsyncQueueDriver, AsyncSubscriptionDriver
 from ..driver.idempotency import Claim
 from ..driver.messaging import LEASED, MAX_RECEIVE, Delivery
 from ..driver.redaction import redact
-from ..driver.threads import run_blocking
+from ..driver.threads import Pinned, run_blocking
 from ..errors import IdempotencyConflict, InvalidArgument, PortableError
 from ..messaging import RunStats
 from ..messaging._claims import RunClaims, SharedClaim
@@ -162,6 +162,9 @@ class AsyncConsumerLoop:
         # a sync driver run in the thread pool (not a native async one): a window's store and queue
         # calls then go to the pool in one hop (each hop there and back costs ~0.1 ms)
         self.one_hop = type(sub._aside) in (AsyncSubscriptionDriver, AsyncQueueDriver)
+        # a batched run's store and settlement calls come one at a time: on one thread of their
+        # own they keep one warm sqlite connection (the pool's next idle thread has a cold one)
+        self.pinned = Pinned("portable-consumer") if self.per_window and not self.store_inline else None
 
     def _count(self, field_name: str) -> None:
         setattr(self.stats, field_name, getattr(self.stats, field_name) + 1)
@@ -200,6 +203,8 @@ class AsyncConsumerLoop:
             self.stop.set()
             for helper in helpers:
                 helper.cancel()
+            if self.pinned is not None:
+                self.pinned.close()
         if cancelled:
             raise asyncio.CancelledError
         return self.stats
@@ -240,8 +245,11 @@ class AsyncConsumerLoop:
             waiting.cancel()
 
     async def _store(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call the store (through RunClaims): inline for a store that never blocks, else in the pool."""
-        return fn(*args) if self.store_inline else await run_blocking(fn, *args)
+        """Call the store (through RunClaims): inline for a store that never blocks, else on the
+        batched run's own thread, else in the pool."""
+        if self.store_inline:
+            return fn(*args)
+        return await (run_blocking(fn, *args) if self.pinned is None else self.pinned.run(fn, *args))
 
     async def _receive_batches(self) -> None:
         """The receive loop of a batched run: receive, run the batch in one task, wait for it, again."""
@@ -449,7 +457,8 @@ class AsyncConsumerLoop:
                     claims.complete_batch(completes)
                 return sync._ack_each(acks)  # the sync twin's batched ack: the same driver and guard
 
-            self.stats.acked -= report_failed_acks(acks, await run_blocking(complete_and_ack), self._count)
+            hop = run_blocking(complete_and_ack) if self.pinned is None else self.pinned.run(complete_and_ack)
+            self.stats.acked -= report_failed_acks(acks, await hop, self._count)
         else:
             if claims is not None:
                 await self._store(claims.complete_batch, completes)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,52 @@ def test_a_stop_mid_window_gives_back_the_rest_unstarted_and_a_cancelled_handler
 
     asyncio.run(_run_until(url, collect, lambda: len(again) >= 17 and _empty(url), idempotency=SqliteStore(store_path)))
     assert sorted(again) == keys[3:]
+
+
+
+def test_a_batched_runs_store_and_settlement_calls_run_on_one_thread_of_their_own(
+    tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SqliteStore keeps a connection per thread (with its page and statement caches): the batched
+    loop's claims, completions and acks all run on its one thread, not the event loop's, not the
+    shared pool's (whose next idle thread has a cold connection: about 40% more a store call), and
+    the thread ends with the run."""
+    import threading
+
+    from portable.embedded.sqlitequeue import SqliteMessaging
+
+    url = f"sqlite://{tmp_path / 'q.db'}?name={unique_name}"
+    _publish(url, 1500)  # batches of 8, 32, 128, 512, 820: 9 windows
+    threads: dict[str, set[int]] = {"claim_many": set(), "complete_many": set(), "ack_many": set()}
+
+    def spy(cls: Any, name: str) -> None:
+        real = getattr(cls, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            threads[name].add(threading.get_ident())
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, call)
+
+    spy(SqliteStore, "claim_many")
+    spy(SqliteStore, "complete_many")
+    spy(SqliteMessaging, "ack_many")
+    handled: list[str] = []
+    loop_thread: list[int] = []
+
+    async def handler(m: aio.AsyncMessage) -> None:
+        if not loop_thread:
+            loop_thread.append(threading.get_ident())
+        handled.append(m.idempotency_key)  # type: ignore[arg-type]
+
+    before = {t.ident for t in threading.enumerate()}
+    asyncio.run(_run_until(url, handler, lambda: len(handled) == 1500 and _empty(url), idempotency=SqliteStore(tmp_path / "i.db")))
+    used = set().union(*threads.values())
+    assert len(used) == 1 and used != set(loop_thread), threads
+    [pinned] = used
+    assert pinned not in before
+    for _ in range(100):  # the thread ends once the run is over
+        if pinned not in {t.ident for t in threading.enumerate()}:
+            break
+        time.sleep(0.02)
+    assert pinned not in {t.ident for t in threading.enumerate()}
