@@ -418,7 +418,7 @@ class AsyncConsumerLoop:
                         claims.forget_held(message)
                         self.holding.held.pop(id(message), None)
                     if isinstance(exc, asyncio.CancelledError):
-                        return  # given back (handler_interrupted); the drain counts it unfinished
+                        continue  # given back (handler_interrupted); the drain counts it unfinished
                     raise
                 ok.append(message)
                 if result is not None and isinstance(result, bytes):  # as the script completes it

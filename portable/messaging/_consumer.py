@@ -307,9 +307,10 @@ class ConsumerLoop:
     def _run_window(self, upcoming: list[Message], claim: Claim, window: list[Message]) -> int:
         """Run the window ``upcoming`` whose messages all hold ``claim`` (one new claim shared, see
         :meth:`RunClaims.claim_window`): its first message already taken off the queue, each next one
-        taken while the loop runs; each handled message's completion and ack held back, as
-        :func:`~portable.messaging._window.hold_settlement` does, in bulk after the window. A failed
-        handler goes through the script. How many messages were taken (also appended to ``window``)."""
+        taken when its turn comes (unless the loop stopped: the caller gives the rest back); the
+        handled messages' completions and acks held back at once after the window
+        (:func:`~portable.messaging._window.hold_window`). A failed or interrupted handler goes
+        through the script. How many messages were taken (each also appended to ``window``)."""
         claims = self.claims
         assert claims is not None
         queue, stopped, handler = self.queue, self.stop.is_set, self.handler

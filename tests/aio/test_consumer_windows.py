@@ -214,3 +214,26 @@ def test_a_batched_runs_store_and_settlement_calls_run_on_one_thread_of_their_ow
             break
         time.sleep(0.02)
     assert pinned not in {t.ident for t in threading.enumerate()}
+
+
+def test_a_handler_raising_cancelled_error_of_its_own_gives_its_message_back_and_the_window_goes_on(
+    tmp_path: Path, unique_name: str, windows: list[int]
+) -> None:
+    """A handler that raises CancelledError while the run is not stopping (its own, say an inner task's):
+    its message goes back at once (released, its claim given back) and comes again; the rest of the
+    window runs on."""
+    url = f"sqlite://{tmp_path / 'q.db'}?name={unique_name}"
+    keys = _publish(url, 12)
+    calls: Counter[str] = Counter()
+
+    async def handler(m: aio.AsyncMessage) -> None:
+        key = m.idempotency_key
+        assert key is not None
+        calls[key] += 1
+        if key == "w-02" and calls[key] == 1:
+            raise asyncio.CancelledError
+
+    stats = asyncio.run(_run_until(url, handler, lambda: calls["w-02"] == 2 and len(calls) == 12 and _empty(url),
+                                   idempotency=SqliteStore(tmp_path / "i.db")))  # fmt: skip
+    assert windows and calls == Counter({k: 2 if k == "w-02" else 1 for k in keys})
+    assert (stats.acked, stats.released, stats.failed) == (12, 1, 0)
