@@ -88,14 +88,13 @@ def handler(message: object) -> int:
 class RawDedup:
     """A hand-written idempotency table: key, state, lease end; two commits a batch."""
 
+    SCHEMA = "CREATE TABLE IF NOT EXISTS dedup (key TEXT PRIMARY KEY, done INTEGER NOT NULL, lease_until REAL NOT NULL) WITHOUT ROWID"
+
     def __init__(self, path: str) -> None:
         self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS dedup (key TEXT PRIMARY KEY, done INTEGER NOT NULL, "
-            "lease_until REAL NOT NULL) WITHOUT ROWID"
-        )
+        self.conn.execute(self.SCHEMA)
 
     def claim(self, keys: list[str], bodies: list[bytes]) -> list[bool]:
         """One transaction: which keys this batch may handle (new, or in progress with a lease that ran out)."""
@@ -123,16 +122,11 @@ class RawDedupRecord(RawDedup):
     its ttl, the starts (a crash's redelivery counts one); still two commits a batch."""
 
     TTL = 24 * 3600.0
-
-    def __init__(self, path: str) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS dedup (key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, token TEXT NOT NULL, "
-            "done INTEGER NOT NULL, lease_until REAL NOT NULL, expires_at REAL NOT NULL, ttl REAL NOT NULL, "
-            "starts INTEGER NOT NULL) WITHOUT ROWID"
-        )
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS dedup (key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, token TEXT NOT NULL, "
+        "done INTEGER NOT NULL, lease_until REAL NOT NULL, expires_at REAL NOT NULL, ttl REAL NOT NULL, "
+        "starts INTEGER NOT NULL) WITHOUT ROWID"
+    )
 
     def claim(self, keys: list[str], bodies: list[bytes]) -> list[bool]:
         conn = self.conn

@@ -11,7 +11,6 @@ rest back unstarted (their claims taken back).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,20 +22,8 @@ import portable.aio as aio
 import portable.messaging as pm
 from portable.aio._consumer import AsyncConsumerLoop
 from portable.idempotency import SqliteStore
-
-
-def _publish(url: str, n: int) -> list[str]:
-    keys = [f"w-{i:02}" for i in range(n)]
-    with pm.open_topic(url) as topic:
-        topic.publish_batch([pm.OutgoingMessage(k.encode(), idempotency_key=k) for k in keys])
-    return keys
-
-
-def _rows(path: Path) -> dict[str, tuple[Any, ...]]:
-    """key -> (completed, result, starts, failures, released) as the store file holds them."""
-    with sqlite3.connect(path) as conn:
-        return {row[0]: row[1:] for row in conn.execute(
-            "SELECT key, completed, result, starts, failures, released FROM portable_idempotency")}  # fmt: skip
+from tests.messaging.consumer_support import publish_keyed as _publish
+from tests.messaging.consumer_support import store_rows as _rows
 
 
 def _empty(url: str) -> bool:

@@ -12,7 +12,6 @@ settled again, an interrupted run gives the rest of its window back unstarted.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -24,20 +23,8 @@ import pytest
 import portable.messaging as pm
 from portable.idempotency import SqliteStore
 from portable.messaging._consumer import ConsumerLoop
-
-
-def _publish(url: str, n: int) -> list[str]:
-    keys = [f"w-{i:02}" for i in range(n)]
-    with pm.open_topic(url) as topic:
-        topic.publish_batch([pm.OutgoingMessage(k.encode(), idempotency_key=k) for k in keys])
-    return keys
-
-
-def _rows(path: Path) -> dict[str, tuple[Any, ...]]:
-    """key -> (completed, result, starts, failures, released) as the store file holds them."""
-    with sqlite3.connect(path) as conn:
-        return {row[0]: row[1:] for row in conn.execute(
-            "SELECT key, completed, result, starts, failures, released FROM portable_idempotency")}  # fmt: skip
+from tests.messaging.consumer_support import publish_keyed as _publish
+from tests.messaging.consumer_support import store_rows as _rows
 
 
 def _run_until(sub: pm.Subscription, handler: Any, done: Any, **kwargs: Any) -> pm.RunStats:
