@@ -29,6 +29,22 @@ log = logging.getLogger("portable.kafka")
 _CLOSE_TIMEOUT_MS = 3000
 
 
+def _keep_join_alive(consumer: Any) -> None:
+    """Work around a lost join in kafka-python 3.0.12: a rejoin that its metadata asked for
+    (a topic's partitions appeared after a join that found none: a topic created moments before)
+    is left in flight when ``poll`` times out, and the next ``poll`` awaits it only while a rejoin
+    is still needed; as group leader the member has meanwhile taken the new metadata as assigned,
+    so none is, the join's answer is never applied, and the member holds no partition until the
+    next rebalance (minutes, or never). A join task still held while no rejoin is needed is that
+    state: asking for a rejoin makes the next ``poll`` finish it (or join again)."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    if coordinator is None or getattr(coordinator, "_join_task", None) is None:
+        return
+    if not coordinator.need_rejoin():
+        log.info("kafka-python left a group join unapplied; asking it to rejoin")
+        coordinator.request_rejoin()
+
+
 class KafkaSubscription(Rebalancing):
     """A consumer-group member: poll-based receive, contiguous-ack commits, retry and DLQ topics.
 
@@ -49,6 +65,7 @@ class KafkaSubscription(Rebalancing):
 
     def _fetch(self, max_messages: int, timeout: float) -> None:
         """One poll of kafka-python's consumer, its records tracked (caller holds _poll_lock)."""
+        _keep_join_alive(self.consumer)
         records = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=max(max_messages, 10))
         if records:
             self._track_fetched(records)
