@@ -314,10 +314,9 @@ class AsyncConsumerLoop:
                     ahead = await self._complete_and_claim(claims, upcoming)
                     left = len(upcoming)
                     if isinstance(ahead, SharedClaim):
-                        shared = ahead.claim
-                        if shared.starts is not None and (limit is None or shared.starts <= limit):
+                        if ahead.within(limit):
                             self.ahead = {}
-                            await self._run_window(upcoming, shared, window)
+                            await self._run_window(upcoming, ahead.claim, window)
                             i += left - 1
                             left = 0
                             continue

@@ -47,8 +47,14 @@ class SharedClaim:
     claim: Claim
     keys: list[str]
 
+    def within(self, limit: int | None) -> bool:
+        """Whether the window may run on it: a counted claim within ``max_deliveries`` (``limit``)."""
+        starts = self.claim.starts
+        return starts is not None and (limit is None or starts <= limit)
+
     def table(self, messages: Sequence[Message]) -> dict[int, tuple[str, Claim | IdempotencyConflict]]:
-        """The window's claims as :meth:`RunClaims.claim_ahead` answers them, by ``id(message)``."""
+        """The window's claims message by message, as :meth:`RunClaims.claim_window` answers an
+        uncommon window: (key, claim) by ``id(message)``."""
         claim = self.claim
         return {id(m): (key, claim) for m, key in zip(messages, self.keys, strict=True)}
 
@@ -185,24 +191,18 @@ class RunClaims:
             return self._held.pop(id(message), None)
 
     # -- in batches (the loop of concurrency 1: see ConsumerLoop._batch_worker) --------------
-    def claim_ahead(self, messages: Sequence[Message]) -> dict[int, tuple[str, Claim | IdempotencyConflict]]:
-        """Claim the keys of ``messages`` in one store call (``claim_many``), before their handlers run.
-
-        Only a key's first message in the batch is claimed ahead (a later one claims when
-        its turn comes, after the first's completion is written, so it meets ``"completed"``).
-        Returns (key, answer) by ``id(message)``; an empty table if the batch could not be
-        claimed (then each message claims on its own, and meets the store's error there).
-        """
-        ahead = self.claim_window(messages)
-        return ahead.table(messages) if isinstance(ahead, SharedClaim) else ahead
-
     def claim_window(
         self, messages: Sequence[Message]
     ) -> dict[int, tuple[str, Claim | IdempotencyConflict]] | SharedClaim:
-        """:meth:`claim_ahead`, or, for the common window (each message has a key of its own and
-        the store answered each with one and the same new claim), that claim as a
-        :class:`SharedClaim`: every message of ``messages`` then holds it (the table of claims
-        has each)."""
+        """Claim the keys of ``messages`` in one store call (``claim_many``), before their handlers run.
+
+        Only a key's first message in the window is claimed ahead (a later one claims when
+        its turn comes, after the first's completion is written, so it meets ``"completed"``).
+        Returns (key, answer) by ``id(message)``, an empty table if the window could not be
+        claimed (then each message claims on its own, and meets the store's error there); or,
+        for the common window (each message has a key of its own and the store answered each
+        with one and the same new claim), that claim as a :class:`SharedClaim`: every message
+        of ``messages`` then holds it (the table of claims has each)."""
         owners, items = self._window_items(messages)
         if not items:
             return {}

@@ -283,10 +283,9 @@ class ConsumerLoop:
                             if id(m) not in self.holding.held:
                                 claims.unclaim(m)
                     if isinstance(ahead, SharedClaim):
-                        shared = ahead.claim
-                        if shared.starts is not None and (limit is None or shared.starts <= limit):
+                        if ahead.within(limit):
                             self.ahead = {}
-                            handled += self._run_window(upcoming, shared, window)
+                            handled += self._run_window(upcoming, ahead.claim, window)
                             left = 0
                             continue
                         ahead = ahead.table(upcoming)  # over the limit: the script decides, message by message

@@ -340,7 +340,7 @@ def test_a_batch_is_acked_once_after_its_windows_and_a_repeated_key_is_skipped_n
 
 
 def test_the_common_window_is_claimed_as_the_general_path_claims_it(tmp_path: Path, unique_name: str) -> None:
-    """claim_ahead takes a shortcut for the common window (the default key function, every message
+    """claim_window takes a shortcut for the common window (the default key function, every message
     keyed, no key twice, SqliteStore's one Claim for all new keys); a key function of the same
     answers takes the general path: both claim the same pairs and hold the same claims."""
     url = f"sqlite://{tmp_path / 'q.db'}?name={unique_name}"
@@ -353,13 +353,15 @@ def test_the_common_window_is_claimed_as_the_general_path_claims_it(tmp_path: Pa
     for name, key_of in (("shortcut", pm.default_idempotency_key), ("general", lambda m: m.idempotency_key)):
         claims = _claims.RunClaims(SqliteStore(tmp_path / f"{name}.db"), key_of, lease=30, ttl=600)
         owners, items = claims._window_items(messages)
-        ahead = claims.claim_ahead(messages)
+        window = claims.claim_window(messages)
+        ahead = window.table(messages) if isinstance(window, _claims.SharedClaim) else window
         got[name] = (
-            [id(m) for m in owners], items,
+            [id(m) for m in owners], items, type(window).__name__,
             {mid: (key, claim.status, claim.starts, claim.failures) for mid, (key, claim) in ahead.items()},  # type: ignore[union-attr]
             {mid: (held[0], held[3]) for mid, held in claims._held.items()},
             {held[1] for held in claims._held.values()} == {claim.token for _, claim in ahead.values()},  # type: ignore[union-attr]
         )  # fmt: skip
     assert got["shortcut"] == got["general"]
-    assert len(got["shortcut"][2]) == 300 and got["shortcut"][4]
+    assert got["shortcut"][2] == "SharedClaim"  # every key new: one claim for the window, both paths
+    assert len(got["shortcut"][3]) == 300 and got["shortcut"][5]
     sub.ack_many(messages)
