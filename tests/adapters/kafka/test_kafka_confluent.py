@@ -472,16 +472,29 @@ def _group_state(broker: EmulatorInfo, group: str, driver: object) -> str:
         parts.append(f"broker: describe failed: {exc!r}")
     coordinator = getattr(getattr(driver, "consumer", None), "_coordinator", None)
     if coordinator is not None:
+        task = getattr(coordinator, "_join_task", None)
+        beat = getattr(coordinator, "heartbeat", None)
+        now = time.monotonic()
+        ago = {name: round(now - getattr(beat, name), 1) for name in ("last_send", "last_receive", "last_poll")
+               if isinstance(getattr(beat, name, None), float)}  # fmt: skip
         parts.append(
             f"kafka-python: state={getattr(coordinator, 'state', '?')}, generation={getattr(coordinator, '_generation', '?')}, "
-            f"need_rejoin={coordinator.need_rejoin() if hasattr(coordinator, 'need_rejoin') else '?'}"
+            f"need_rejoin={coordinator.need_rejoin() if hasattr(coordinator, 'need_rejoin') else '?'}, "
+            f"rejoining={getattr(coordinator, 'rejoining', '?')}, join task={'none' if task is None else 'done' if task.is_done else 'in flight'}, "
+            f"coordinator node={getattr(coordinator, 'coordinator_id', '?')}, heartbeat seconds ago={ago}"
         )
     return "; ".join(parts)
 
 
+def _coordinator_log(caplog: pytest.LogCaptureFixture) -> str:
+    """kafka-python's group coordinator's last log lines (a failure's message: what the join did)."""
+    lines = [f"{r.created:.1f} {r.threadName} {r.name}: {r.getMessage()}" for r in caplog.records if r.name.startswith("kafka.coordinator")]
+    return "\n".join(lines[-30:]) or "(no kafka.coordinator records)"
+
+
 @pytest.mark.parametrize("engine", ["confluent", "kafka-python"])
 def test_a_rebalance_that_gives_the_partitions_back_keeps_their_leases(
-    kafka_broker: EmulatorInfo, unique_name: str, engine: str
+    kafka_broker: EmulatorInfo, unique_name: str, engine: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An eager rebalance (range, roundrobin) revokes every partition of every member, then assigns
     them again: here a second member joins the group for another topic (the dead-letter topic), so this member gets all its
@@ -489,6 +502,7 @@ def test_a_rebalance_that_gives_the_partitions_back_keeps_their_leases(
     again (a new group's first seconds can bring such a rebalance, and the contract's
     test_run_skips_a_message_whose_idempotency_key_is_completed lost a lease to one)."""
     url = group_url(kafka_broker, unique_name, 3, engine)
+    caplog.set_level("DEBUG", logger="kafka.coordinator")  # for the failure's message, if the rebalance never comes
     with pm.open_topic(url, policy=QUICK) as topic:
         mid = topic.publish(b"leased")
     with pm.open_subscription(url, policy=QUICK) as sub:
@@ -519,6 +533,7 @@ def test_a_rebalance_that_gives_the_partitions_back_keeps_their_leases(
                 assert sub.receive(10, wait=0.2) == [], "the leased message was delivered again"
             assert driver.assignments > epoch, (
                 "no rebalance happened: the test tests nothing; " + _group_state(kafka_broker, unique_name, driver)
+                + "\n" + _coordinator_log(caplog)
             )
             m.ack()
             for _ in range(10):
