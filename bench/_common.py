@@ -33,21 +33,30 @@ def interleave(contestants: dict[str, Callable[[], int]], rounds: int) -> dict[s
     return rates
 
 
-def summarise(rates: dict[str, list[float]], baseline: str) -> list[dict[str, Any]]:
+def summarise(rates: dict[str, list[float]], baseline: str, *, paired: bool = False) -> list[dict[str, Any]]:
+    """A row per contestant: median rate, min, max, the ratio of its median to the baseline's, us per op.
+
+    ``paired``: also the median and the range of the per-round ratios (round k of a contestant over
+    round k of the baseline, run side by side): a load that drifts during the run moves both rates
+    of a round alike, so these are steadier than the ratio of medians when the rounds spread widely.
+    """
     base = statistics.median(rates[baseline])
     rows = []
     for name, values in rates.items():
         med = statistics.median(values)
-        rows.append(
-            {
-                "contestant": name,
-                "median_ops_per_s": round(med, 1),
-                "min": round(min(values), 1),
-                "max": round(max(values), 1),
-                "ratio_vs_" + baseline: round(med / base, 3),
-                "us_per_op": round(1e6 / med, 3),
-            }
-        )
+        row: dict[str, Any] = {
+            "contestant": name,
+            "median_ops_per_s": round(med, 1),
+            "min": round(min(values), 1),
+            "max": round(max(values), 1),
+            "ratio_vs_" + baseline: round(med / base, 3),
+            "us_per_op": round(1e6 / med, 3),
+        }
+        if paired:
+            ratios = [v / b for v, b in zip(values, rates[baseline], strict=True)]
+            row["paired_ratio_median"] = round(statistics.median(ratios), 3)
+            row["paired_ratio_range"] = f"{min(ratios):.3f}-{max(ratios):.3f}"
+        rows.append(row)
     return rows
 
 

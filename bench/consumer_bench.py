@@ -37,6 +37,12 @@ in progress; the raw table keeps key, state and lease end: no payload fingerprin
 portable computes and keeps, SHA-256 of the body), then the handlers, then one transaction
 that marks the batch's keys done, then the batch's ack. The handler does nothing but count.
 
+The store alone (a section of its own): 20,000 keys claimed and completed in windows of 256
+(``claim_many`` then ``complete_many``, as the loop does), by key shape (``k-<round>-<i>`` as
+the queue sections publish, and random UUIDs), for SqliteStore on a new file (a rowid table),
+SqliteStore on a file whose table an earlier version made ``WITHOUT ROWID`` (the store keeps a
+table's layout), and the raw plain table: what the table's layout costs by key shape.
+
 Memory (a section of its own, in a fresh child process per contestant, sqlite:// only):
 10,000 messages published and not yet acked when the loop starts; reported are the peak
 RSS growth over the process before the loop, the tracemalloc peak of the run, and the
@@ -53,6 +59,7 @@ import json
 import os
 import resource
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -376,6 +383,59 @@ def memory(n: int) -> list[dict[str, Any]]:
     return rows
 
 
+# ---------------------------------------------------------------- the store alone, by key shape
+STORE_WINDOW = 256  # the consumer loop's claim window
+
+
+def store_rates(n: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Keys claimed and completed per second, the store alone, in windows of 256 keys (claim the
+    window, then complete it: two commits, as the loop does), by key shape: ``k-<round>-<i>`` (what
+    the queue sections publish) and random UUIDs (the common idempotency key). Contestants:
+    SqliteStore on a new file (a rowid table), SqliteStore on a file whose table an earlier version
+    made WITHOUT ROWID (the store keeps a table's layout), and the raw plain table (RawDedup, its own
+    idiom, WITHOUT ROWID)."""
+    from portable.idempotency._sqlite import _SCHEMA_WITHOUT_ROWID
+
+    folder = tempfile.mkdtemp(prefix="consumer-bench-store-")
+    fps = [hashlib.sha256(str(i).encode()).hexdigest()[:32] for i in range(n)]
+
+    def portable_store(keys: list[str], old: bool) -> float:
+        path = f"{folder}/{uuid.uuid4().hex}.db"
+        if old:
+            conn = sqlite3.connect(path)
+            conn.execute(_SCHEMA_WITHOUT_ROWID)
+            conn.close()
+        store = SqliteStore(path)
+        t0 = time.perf_counter()
+        for start in range(0, n, STORE_WINDOW):
+            pairs = list(zip(keys[start : start + STORE_WINDOW], fps[start : start + STORE_WINDOW], strict=True))
+            token = store.claim_many(pairs, lease=LEASE, ttl=86400.0)[0].token  # type: ignore[union-attr]
+            assert not any(store.complete_many([(key, token, None) for key, _ in pairs]))
+        return n / (time.perf_counter() - t0)
+
+    def raw_table(keys: list[str]) -> float:
+        dedup = RawDedup(f"{folder}/{uuid.uuid4().hex}.db")
+        t0 = time.perf_counter()
+        for start in range(0, n, STORE_WINDOW):
+            window = keys[start : start + STORE_WINDOW]
+            assert all(dedup.claim(window, []))
+            dedup.done(window)
+        return n / (time.perf_counter() - t0)
+
+    out: dict[str, dict[str, list[float]]] = {}
+    for shape in ("k-<round>-<i>", "uuid4"):
+        rates: dict[str, list[float]] = {"raw plain table (WITHOUT ROWID)": [], "SqliteStore, new file (rowid table)": [],
+                                         "SqliteStore, table made WITHOUT ROWID (earlier versions)": []}  # fmt: skip
+        for r in range(rounds):
+            keys = [f"k-{r}-{i}" for i in range(n)] if shape.startswith("k-") else [str(uuid.uuid4()) for _ in range(n)]
+            rates["raw plain table (WITHOUT ROWID)"].append(raw_table(keys))
+            rates["SqliteStore, new file (rowid table)"].append(portable_store(keys, old=False))
+            rates["SqliteStore, table made WITHOUT ROWID (earlier versions)"].append(portable_store(keys, old=True))
+        print(f"  store alone, {shape} keys: " + ", ".join(f"{k} {1e6 / statistics.median(v):.2f} us" for k, v in rates.items()), flush=True)
+        out[shape] = rates
+    return out
+
+
 # ---------------------------------------------------------------- the run
 def interleaved(contestants: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
     rates: dict[str, list[float]] = {name: [] for name in contestants}
@@ -411,7 +471,7 @@ def main() -> None:
         RECORD_ROW: lambda: sq.raw(record=True),
         "portable AsyncSubscription.run + SqliteStore": sq.portable_async,
     }, rounds)  # fmt: skip
-    sections[f"sqlite:// queue, {n} messages, messages per second"] = summarise(rates, "raw driver loop + dedup table")
+    sections[f"sqlite:// queue, {n} messages, messages per second"] = summarise(rates, "raw driver loop + dedup table", paired=True)
     broker = None
     if not args.no_kafka:
         bootstrap = args.bootstrap
@@ -431,16 +491,21 @@ def main() -> None:
                     rates[name].append(rate)
                     print(f"  {name}: {rate:,.0f} msg/s", flush=True)
             sections[f"kafka://?engine=confluent (Apache Kafka 4), {kn} messages, messages per second (group join included)"] = summarise(
-                rates, "raw confluent Consumer + dedup table"
+                rates, "raw confluent Consumer + dedup table", paired=True
             )
             sections[f"kafka://?engine=confluent, {kn} messages, messages per second from the first message on (group join excluded)"] = summarise(
                 {"raw confluent Consumer + dedup table": kb.steady["raw"],
                  "portable Subscription.run + SqliteStore (confluent)": kb.steady["portable"], RECORD_ROW: kb.steady["raw-record"]},
-                "raw confluent Consumer + dedup table",
+                "raw confluent Consumer + dedup table", paired=True,
             )  # fmt: skip
         finally:
             if broker is not None:
                 broker.stop()
+    print(f"the store alone, {n} keys x {rounds} rounds")
+    for shape, rates in store_rates(n, rounds).items():
+        sections[f"the store alone: {n} keys ({shape}) claimed and completed in windows of 256, keys per second"] = summarise(
+            rates, "raw plain table (WITHOUT ROWID)", paired=True
+        )
     print("memory, 10,000 messages in flight")
     sections["memory: sqlite://, 10,000 messages published and unacked when the loop starts"] = memory(10000)
     import confluent_kafka
@@ -455,6 +520,10 @@ def main() -> None:
 
 - Load average before / after the run: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores
   (a shared machine: the contestants alternate round by round, so a busy neighbour slows both).
+- `paired_ratio_median` and `paired_ratio_range`: each round's rate over the raw loop's rate in the same
+  round, their median and range. The idempotency tables are files on disk: a WAL checkpoint's fsync
+  lands in one contestant's round or the other's, so single rounds spread widely (a run of 8 rounds
+  on the sqlite:// queue spreads about 0.65x-1.15x); the paired median is the steadier figure.
 - Same durability: each idempotency table is its own sqlite file, WAL, `synchronous=NORMAL`. The raw loops
   commit twice per receive batch (up to 1,000: claim the new keys, then mark them done), then ack the batch.
   portable commits twice per window of 256 messages (`claim_many`, `complete_many`), then acks the batch
@@ -468,6 +537,9 @@ def main() -> None:
   file), so the figure is what the loop, its store and its guards cost over the queue they drive.
 - kafka://: the confluent engine (its own receive + ack figures: bench/kafka_bench.py); the second
   table leaves the consumer group join out of both timings, the first keeps it in.
+- The store alone: with random (UUID) keys each new key of a window lands on another page; a table
+  that keeps whole records in the key's b-tree (WITHOUT ROWID: earlier versions' SqliteStore, and the
+  raw plain table) rewrites those pages, a rowid table (SqliteStore's new files) only its key index.
 - Memory: one child process per contestant consumes 10,000 messages the parent published (unacked when
   it starts); the loop holds at most one receive batch (1,000) at a time, so its memory does not grow
   with the backlog.

@@ -103,15 +103,18 @@ def on_both_faces(test: Callable[..., None]) -> Callable[..., None]:
     return pytest.mark.parametrize("face", FACES)(run)
 
 
-STORES = ["memory", "sqlite", "file-bucket", "mem-bucket", "chaos-bucket", "redis"]
+# sqlite-without-rowid: a file whose table an earlier version made (WITHOUT ROWID): the store keeps it as it is
+STORES = ["memory", "sqlite", "sqlite-without-rowid", "file-bucket", "mem-bucket", "chaos-bucket", "redis"]
 
 
 def make_kit(name: str, tmp_path: Path, request: pytest.FixtureRequest, unique_name: str) -> Kit:
     clock = FakeClock()
     if name == "memory":
         return Kit(name, MemoryStore(clock=clock), clock)
-    if name == "sqlite":
+    if name in ("sqlite", "sqlite-without-rowid"):
         path = tmp_path / "idem.db"
+        if name == "sqlite-without-rowid":
+            old_layout(path)
         return Kit(name, SqliteStore(path, clock=clock), clock, f"sqlite://{path}")
     if name == "file-bucket":
         url = f"file://{tmp_path}/records"
@@ -130,6 +133,18 @@ def make_kit(name: str, tmp_path: Path, request: pytest.FixtureRequest, unique_n
         store = open_store(url)
         return Kit(name, store, RedisClock(store), url)
     raise AssertionError(name)
+
+
+def old_layout(path: Path) -> None:
+    """Make ``path`` a database whose idempotency table has the layout of versions before the rowid
+    table (WITHOUT ROWID), as a file of such a version would be."""
+    import sqlite3
+
+    from portable.idempotency._sqlite import _SCHEMA_WITHOUT_ROWID
+
+    conn = sqlite3.connect(path)
+    conn.execute(_SCHEMA_WITHOUT_ROWID)
+    conn.close()
 
 
 @pytest.fixture(params=STORES)

@@ -6,14 +6,18 @@ on either side of the chunk sizes, with keys seen before, keys twice in a batch 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
+import uuid
 from pathlib import Path
 
 import pytest
 
 from portable.driver.idempotency import Claim
 from portable.errors import IdempotencyConflict, PreconditionFailed
-from portable.idempotency import MemoryStore, SqliteStore
+from portable.idempotency import MemoryStore, SqliteStore, fingerprint
 from portable.idempotency._sqlite import _acquired
+
+from .conftest import old_layout
 
 
 def test_the_quick_acquired_claim_equals_the_constructed_one() -> None:
@@ -86,3 +90,70 @@ def test_complete_many_marks_each_pair_of_key_and_token_and_no_other(tmp_path: P
     status = {k: store.claim(k, "f", lease=10, ttl=600).status for k in "abcd"}
     assert status["a"] == "in_progress", "the stale completion must not complete the current claim"
     assert status["c"] == status["d"] == "completed"
+
+
+def _table_sql(path: Path) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        [sql] = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'portable_idempotency'").fetchone()
+    finally:
+        conn.close()
+    return str(sql)
+
+
+def test_a_new_database_keeps_its_records_in_a_rowid_table(tmp_path: Path) -> None:
+    """Records in claim order, keys in the primary-key index: random keys (UUIDs) rewrite few pages."""
+    store = SqliteStore(tmp_path / "idem.db")
+    keys = [str(uuid.uuid4()) for _ in range(300)]
+    claims = store.claim_many([(key, fingerprint(key.encode())) for key in keys], lease=30, ttl=60)
+    assert {claim.status for claim in claims if isinstance(claim, Claim)} == {"acquired"}
+    assert "WITHOUT ROWID" not in _table_sql(tmp_path / "idem.db").upper()
+    conn = sqlite3.connect(tmp_path / "idem.db")
+    try:
+        in_order = [key for (key,) in conn.execute("SELECT key FROM portable_idempotency ORDER BY rowid")]
+    finally:
+        conn.close()
+    assert in_order == keys
+
+
+def test_a_table_made_without_rowid_by_an_earlier_version_is_kept_and_shared(tmp_path: Path) -> None:
+    """A file of an earlier version keeps its layout, and both layouts' statements agree: a key the old
+    table holds is seen as held (its fingerprint checked), completed and skipped."""
+    path = tmp_path / "idem.db"
+    old_layout(path)
+    store = SqliteStore(path)
+    assert "WITHOUT ROWID" in _table_sql(path).upper()
+    keys = [str(uuid.uuid4()) for _ in range(5)]
+    first = store.claim_many([(key, "fp") for key in keys], lease=30, ttl=60)
+    token = first[0].token if isinstance(first[0], Claim) else None
+    assert token is not None
+    assert store.claim(keys[0], "fp", lease=30, ttl=60).status == "in_progress"
+    with pytest.raises(IdempotencyConflict):
+        store.claim(keys[1], "another fp", lease=30, ttl=60)
+    assert store.complete_many([(key, token, None) for key in keys]) == [None] * len(keys)
+    assert SqliteStore(path).claim(keys[2], "fp", lease=30, ttl=60).status == "completed"
+
+
+def test_the_documented_move_to_the_new_layout_keeps_every_record(tmp_path: Path) -> None:
+    """docs/idempotency.md: copy an old file's rows into a new file's table; the records hold there."""
+    old_path, new_path = tmp_path / "old.db", tmp_path / "new.db"
+    old_layout(old_path)
+    old = SqliteStore(old_path)
+    token = old.claim("done", "fp", lease=30, ttl=60).token
+    assert token is not None
+    old.complete("done", token, b"result")
+    assert old.claim("held", "fp", lease=30, ttl=60).status == "acquired"
+    SqliteStore(new_path)  # makes the new file's table
+    conn = sqlite3.connect(old_path)
+    try:
+        conn.execute("ATTACH DATABASE ? AS new", (str(new_path),))
+        conn.execute("INSERT INTO new.portable_idempotency SELECT * FROM portable_idempotency")
+        conn.commit()
+    finally:
+        conn.close()
+    moved = SqliteStore(new_path)
+    assert "WITHOUT ROWID" not in _table_sql(new_path).upper()
+    assert moved.claim("done", "fp", lease=30, ttl=60) == Claim("completed", None, b"result")
+    assert moved.claim("held", "fp", lease=30, ttl=60).status == "in_progress"
+    with pytest.raises(IdempotencyConflict):
+        moved.claim("done", "another fp", lease=30, ttl=60)
