@@ -45,6 +45,44 @@ def _keep_join_alive(consumer: Any) -> None:
         coordinator.request_rejoin()
 
 
+def _apply_finished_joins(consumer: Any) -> None:
+    """Work around a dropped group join in kafka-python 3.0.12: a ``poll`` that times out while
+    the member joins leaves the join in flight, and the next ``poll`` starts a new JoinGroup when it
+    finds that join finished (``join_group_async`` replaces a done join task instead of taking its
+    answer), so the finished join's assignment is never applied and the new JoinGroup starts another
+    rebalance. Where each join takes longer than a poll's wait (a loaded machine, a group whose other
+    members rejoin on their next heartbeat), the member rejoins over and over and holds no partition
+    (beside three busy processes on 2 cores: 40 generations in 120 s). This applies a join that
+    finished successfully as kafka-python's own success path does, then lets kafka-python go on; a
+    failed join is left to it."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    original = getattr(coordinator, "join_group_async", None)
+    if original is None or not hasattr(coordinator, "_join_task"):
+        return
+    from kafka.coordinator.base import MemberState
+
+    async def join_group_async(timeout_ms: float | None = None) -> bool:
+        task = coordinator._join_task
+        if task is not None and task.is_done and task.exception is None:
+            # what kafka-python 3.0.12's join_group_async does with a join it awaited to the end
+            log.info("kafka-python finished a group join between two polls; applying it")
+            coordinator._join_task = None
+            with coordinator._lock:
+                coordinator.rejoining = False
+                coordinator.rejoin_needed = False
+                coordinator.state = MemberState.STABLE
+                coordinator._enable_heartbeat()
+            generation = coordinator._generation
+            await coordinator._on_join_complete_async(
+                generation.generation_id, generation.member_id, generation.protocol, task.value
+            )
+            return True
+        result: bool = await original(timeout_ms=timeout_ms)
+        return result
+
+    coordinator.join_group_async = join_group_async
+
+
 class KafkaSubscription(Rebalancing):
     """A consumer-group member: poll-based receive, contiguous-ack commits, retry and DLQ topics.
 
@@ -60,6 +98,7 @@ class KafkaSubscription(Rebalancing):
 
         super().__init__(driver)
         self.consumer = driver._connect(KafkaConsumer, driver.consumer_config(), "consumer")
+        _apply_finished_joins(self.consumer)
         topics = [self.topic] + ([self.retry_topic] if self.retry_topic else [])
         self.consumer.subscribe(topics, listener=rebalance_listener(self))
 

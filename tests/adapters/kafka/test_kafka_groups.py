@@ -325,6 +325,46 @@ def test_a_member_joining_a_topic_made_moments_before_gets_its_partitions(kafka_
         assert sorted(got) == sorted(f"m{i}".encode() for i in range(12)), f"round {round_}: {len(got)} of 12 came in 30 s"
 
 
+def test_a_join_that_finishes_between_two_polls_is_applied(kafka_broker: EmulatorInfo, unique_name: str) -> None:
+    """kafka-python 3.0.12 dropped a group join that finished after the poll that started it gave up:
+    the next poll found the join done and sent another JoinGroup, which started another rebalance
+    (the finished join's assignment never applied). Where every join outlasts a poll's wait, the
+    member rejoined without end and held no partition (beside three busy processes on 2 cores: 40
+    generations in 120 s; most likely what once failed test_kafka_confluent.py's rebalance test in CI).
+    Here another member joins the group (for the dead-letter topic), each poll gives up at once and
+    each join is given a second to finish before the next poll: the member gets its partitions back."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    url = group_url(kafka_broker, unique_name, partitions=3)
+    with pm.open_topic(url, policy=QUICK) as topic:
+        topic.publish(b"first")
+    with pm.open_subscription(url, policy=QUICK) as sub:
+        driver = sub._side  # type: ignore[attr-defined]
+        [m] = receive_until(sub, 1, 30)
+        m.ack()
+        epoch = driver.assignments
+        other = confluent_kafka.Consumer({"bootstrap.servers": kafka_broker.endpoints["bootstrap"], "group.id": unique_name,
+                                          "session.timeout.ms": 6000, "partition.assignment.strategy": "range"})  # fmt: skip
+        done = threading.Event()
+
+        def keep_polling() -> None:
+            while not done.is_set():
+                other.poll(0.1)
+
+        poller = threading.Thread(target=keep_polling, daemon=True)
+        try:
+            other.subscribe([driver.dead_letter_topic])
+            poller.start()
+            until = time.monotonic() + 60
+            while driver.assignments == epoch and time.monotonic() < until:
+                assert sub.receive(10) == []  # no wait: the poll gives up at once, mid-join
+                time.sleep(1.0)  # the join finishes meanwhile
+            assert driver.assignments > epoch, "the member never took the rebalance's assignment in 60 s"
+        finally:
+            done.set()
+            poller.join(timeout=5)
+            other.close()
+
+
 def test_temporary_topics_for_portable_contract_are_removed(kafka_broker: EmulatorInfo, unique_name: str) -> None:
     from kafka.admin import KafkaAdminClient
 
