@@ -42,9 +42,9 @@ import portable.messaging as pm
 from portable.driver.messaging import IDEMPOTENCY_ATTRIBUTE
 from portable.idempotency import SqliteStore
 from portable.messaging._claims import RunClaims, SharedClaim, default_idempotency_key
+from portable.messaging._consumer import CLAIM_WINDOW
 from portable.messaging._window import hold_window
 
-WINDOW = 256  # the consumer loop's claim window
 RAW = "raw driver loop + dedup table"
 NAMES = (
     "1. raw loop + SqliteStore's batch calls + fingerprint",
@@ -66,8 +66,8 @@ def store_loop(bench: cb.SqliteQueueBench, pieces: bool) -> float:
     t0 = time.perf_counter()
     while got < bench.n:
         batch = sub.receive(1000, 0.05, lease=cb.LEASE) if pieces else side.receive(1000, 0.05, cb.LEASE)
-        for start in range(0, len(batch), WINDOW):
-            window = batch[start : start + WINDOW]
+        for start in range(0, len(batch), CLAIM_WINDOW):
+            window = batch[start : start + CLAIM_WINDOW]
             if pieces:
                 assert isinstance(claims.claim_window(window), SharedClaim)
                 for message in window:

@@ -61,11 +61,11 @@ R = TypeVar("R")
 
 #: A rowid table with the key in its primary-key index, not a WITHOUT ROWID table (which stores each
 #: whole record in the key's b-tree): records are appended in claim order, and only the narrow key
-#: index takes each new key where it sorts. Random keys (UUIDs, the common idempotency key) put each
-#: new key of a batch on another page; with whole records there that rewrote about 3x the pages (20,000
-#: UUID keys claimed and completed in windows of 256: 20.5 us a key, 8.0 here; bench/consumer_bench.py). A table
-#: made WITHOUT ROWID by an earlier version keeps its layout: every statement reads both alike, so
-#: processes of both versions can share one file.
+#: index takes each new key where it sorts. Random keys (UUIDs, a common idempotency key) put each
+#: new key of a batch on another page; with whole records there that rewrote about 3x the pages
+#: (20,000 UUID keys claimed and completed in windows of 256: 20.5 us a key, 8.0 here;
+#: bench/consumer_bench.py). A table made WITHOUT ROWID by an earlier version keeps its layout:
+#: every statement reads both alike, so processes of both versions can share one file.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS portable_idempotency (
     key TEXT NOT NULL PRIMARY KEY,

@@ -36,7 +36,8 @@ def _keep_join_alive(consumer: Any) -> None:
     is still needed; as group leader the member has meanwhile taken the new metadata as assigned,
     so none is, the join's answer is never applied, and the member holds no partition until the
     next rebalance (minutes, or never). A join task still held while no rejoin is needed is that
-    state: asking for a rejoin makes the next ``poll`` finish it (or join again)."""
+    state: asking for a rejoin makes the next ``poll`` take the join up again, and
+    :func:`_apply_finished_joins` applies it if it has finished (else kafka-python awaits it)."""
     coordinator = getattr(consumer, "_coordinator", None)
     if coordinator is None or getattr(coordinator, "_join_task", None) is None:
         return
