@@ -34,6 +34,7 @@ from ..messaging._consumer import (
     CLAIM_WINDOW,
     keeper_interval,
     lease_not_kept,
+    loop_batch,
 )
 from ..messaging._handling import (
     ACK,
@@ -286,10 +287,12 @@ class AsyncConsumerLoop:
             size = self._next_size(size, len(messages), time.monotonic() - began)
 
     def _next_size(self, size: int, handled: int, spent: float) -> int:
+        """The next batch's size, as the sync loop's (``ConsumerLoop._next_size``)."""
         lease = self.lease if self.claims is None else min(self.lease, self.claims.lease)
         per_message = spent / handled
-        fits = MAX_RECEIVE if per_message <= 0 else int(lease / 4 / per_message)
-        return max(1, min(MAX_RECEIVE, size * 4, fits))
+        cap = loop_batch(self.sub._sync._driver_sub)
+        fits = cap if per_message <= 0 else int(lease / 4 / per_message)
+        return max(1, min(cap, size * 4, fits))
 
     async def _batch(self, messages: list[Delivery]) -> None:
         """Run ``messages`` in turn, claiming each window's keys at once and settling it after;

@@ -648,6 +648,9 @@ class TopicDriver(abc.ABC):
 class SubscriptionDriver(abc.ABC):
     """The receiving side of a URL: leases, acks and dead letters."""
 
+    #: The most a batched ``run`` receives at once; lower for a local buffer (why: _consumer.loop_batch)
+    loop_batch: int = MAX_RECEIVE
+
     @abc.abstractmethod
     def receive(self, max_messages: int, wait: float, lease: float) -> list[ReceivedMessage] | list[Delivery]:
         """Lease up to ``max_messages`` messages for ``lease`` seconds.

@@ -134,6 +134,7 @@ class ConsumerLoop:
         # concurrency 1: one worker thread receives, claims, handles and settles in batches, the
         # handler inline (no hop per message); more: the caller receives and a pool handles
         self.batched = options.concurrency == 1
+        self.batch_cap = loop_batch(sub._driver_sub)  # the batch grows to this at most
         # None unless tracing or metrics are on (see portable.telemetry._propagation)
         self.telemetry = ConsumerTelemetry.of(sub.provider, sub._guard.target, redact(sub.url), sub.stats)
         # a batched run claims and completes per window and acks per batch; with telemetry on, each message's
@@ -371,13 +372,14 @@ class ConsumerLoop:
             self.claims.complete_batch(completes)
 
     def _next_size(self, size: int, handled: int, spent: float) -> int:
-        """The next batch's size: 4x, at most 1,000, and what fits in a quarter of the lease."""
+        """The next batch's size: 4x, at most the driver's ``loop_batch`` (1,000 unless it says
+        less: :func:`loop_batch`), and what fits in a quarter of the lease."""
         if handled == 0:
             return size
         lease = self.lease if self.claims is None else min(self.lease, self.claims.lease)
         per_message = spent / handled
-        fits = MAX_RECEIVE if per_message <= 0 else int(lease / 4 / per_message)
-        return max(1, min(MAX_RECEIVE, size * 4, fits))
+        fits = self.batch_cap if per_message <= 0 else int(lease / 4 / per_message)
+        return max(1, min(self.batch_cap, size * 4, fits))
 
     def _receive_loop(self) -> None:
         sub = self.sub
@@ -589,6 +591,22 @@ class ConsumerLoop:
         result = transactional.run_claimed(message, key, token)
         claims.forget_held(message)  # completed with the commit
         return result
+
+
+def loop_batch(driver: object) -> int:
+    """The most messages a batched loop receives at once from ``driver`` (both faces): its
+    ``loop_batch`` (:class:`~portable.driver.messaging.SubscriptionDriver`), within 1 and
+    :data:`~portable.driver.messaging.MAX_RECEIVE`.
+
+    A batch's messages live until the batch is settled: the larger the batch, the more of
+    them the cycle collector's middle generation finds alive and moves to the oldest, whose
+    full collections then come more often (and cost more, the more objects the process
+    holds). A driver whose receive serves a local buffer has no round trip to spread over a
+    large batch and sets it lower (Kafka: 256, measured in docs/performance.md); one that pays
+    a round trip per receive keeps 1,000.
+    """
+    size = getattr(driver, "loop_batch", MAX_RECEIVE)
+    return max(1, min(MAX_RECEIVE, size)) if type(size) is int else MAX_RECEIVE
 
 
 def keeper_interval(lease: float) -> float:

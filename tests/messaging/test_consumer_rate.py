@@ -339,6 +339,58 @@ def test_a_batch_is_acked_once_after_its_windows_and_a_repeated_key_is_skipped_n
     assert calls["ack_many"] == calls["receive"] > 0, calls
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize("loop_batch", [None, 40])
+def test_the_batches_grow_to_the_drivers_loop_batch(
+    tmp_path: Path, unique_name: str, face: str, loop_batch: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batched run's batches grow 4x from 8 up to the driver's ``loop_batch`` (1,000 unless the
+    driver says less; Kafka's is 256): what it asks each receive for, and every message still
+    handled once."""
+    import asyncio
+
+    from portable import aio
+    from portable.embedded.sqlitequeue import SqliteMessaging as SqliteQueueDriver
+
+    url = f"sqlite://{tmp_path / 'q.db'}?name={unique_name}"
+    keys = [f"k-{i}" for i in range(600)]
+    _publish(url, keys)
+    asked: list[int] = []
+    receive = SqliteQueueDriver.receive
+
+    def recorded_receive(self: Any, max_messages: int, *args: Any) -> Any:
+        got = receive(self, max_messages, *args)
+        if got:
+            asked.append(max_messages)
+        return got
+
+    monkeypatch.setattr(SqliteQueueDriver, "receive", recorded_receive)
+    if loop_batch is not None:
+        monkeypatch.setattr(SqliteQueueDriver, "loop_batch", loop_batch, raising=False)
+    handled: Counter[str] = Counter()
+    if face == "sync":
+        _run_until(pm.open_subscription(url), lambda m: handled.update([m.body.decode()]), lambda: len(handled) == 600)
+    else:
+
+        async def main() -> None:
+            stop = asyncio.Event()
+
+            async def handler(m: aio.AsyncMessage) -> None:
+                handled.update([m.body.decode()])
+                if len(handled) == 600:
+                    stop.set()
+
+            async with aio.open_subscription(url) as sub:
+                await sub.run(handler, stop_event=stop, handle_signals=False, poll=0.1)
+
+        asyncio.run(asyncio.wait_for(main(), 60))
+    assert sorted(handled) == sorted(keys) and max(handled.values()) == 1
+    if loop_batch is None:
+        assert asked == [8, 32, 128, 512], asked  # 680 asked for 600 messages: the 512 met the last 432
+    else:
+        assert asked[:2] == [8, 32] and max(asked) == loop_batch and asked[2:] == [40] * (len(asked) - 2), asked
+
+
 def test_the_common_window_is_claimed_as_the_general_path_claims_it(tmp_path: Path, unique_name: str) -> None:
     """claim_window takes a shortcut for the common window (the default key function, every message
     keyed, no key twice, SqliteStore's one Claim for all new keys); a key function of the same

@@ -229,6 +229,46 @@ def test_a_receive_returns_when_its_first_message_comes_not_when_its_wait_ends(
         got[0].ack()
 
 
+@pytest.mark.parametrize("engine", ["confluent", "kafka-python"])
+def test_the_consumer_loop_receives_batches_of_256(kafka_broker: EmulatorInfo, unique_name: str, engine: str) -> None:
+    """``Subscription.run`` grows its batches to this driver's ``loop_batch``, 256 (both clients
+    fetch ahead, so a smaller batch costs no round trip, and its deliveries stay out of the cycle
+    collector's oldest generation); every message is handled once."""
+    url = group_url(kafka_broker, unique_name, engine=engine)
+    bodies = [f"m-{i}".encode() for i in range(700)]
+    with pm.open_topic(url, policy=QUICK) as topic:
+        topic.publish_batch(bodies)
+    handled: list[bytes] = []
+    asked: list[tuple[int, int]] = []
+    stop = threading.Event()
+    with pm.open_subscription(url, policy=QUICK) as sub:
+        side = sub._driver_sub
+        receive = side.receive
+
+        def recorded(max_messages: int, wait: float, lease: float) -> list:  # type: ignore[type-arg]
+            got = receive(max_messages, wait, lease)
+            if got:
+                asked.append((max_messages, len(got)))
+            return got
+
+        side.receive = recorded  # type: ignore[method-assign]
+
+        def handler(message: pm.Message) -> None:
+            handled.append(message.body)
+            if len(handled) == len(bodies):
+                stop.set()
+
+        safety = threading.Timer(60, stop.set)
+        safety.start()
+        try:
+            stats = sub.run(handler, stop_event=stop, handle_signals=False, poll=0.2)
+        finally:
+            safety.cancel()
+    assert sorted(handled) == sorted(bodies) and stats.acked == len(bodies)
+    assert max(n for n, _ in asked) == 256 and max(got for _, got in asked) <= 256, asked
+    assert [n for n, _ in asked][:4] == [8, 32, 128, 256], asked
+
+
 def _three_in_flight(kafka_broker: EmulatorInfo, unique_name: str) -> tuple[pm.Subscription, list[pm.Message]]:
     """A subscription with the three messages a test published in flight (one receive batch or more)."""
     url = group_url(kafka_broker, unique_name)
