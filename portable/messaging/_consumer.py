@@ -606,7 +606,9 @@ def loop_batch(driver: object) -> int:
     a round trip per receive keeps 1,000.
     """
     size = getattr(driver, "loop_batch", MAX_RECEIVE)
-    return max(1, min(MAX_RECEIVE, size)) if type(size) is int else MAX_RECEIVE
+    if type(size) is not int:
+        raise TypeError(f"{type(driver).__name__}.loop_batch must be an int, got {size!r}")
+    return max(1, min(MAX_RECEIVE, size))
 
 
 def keeper_interval(lease: float) -> float:

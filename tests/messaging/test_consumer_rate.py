@@ -391,6 +391,17 @@ def test_the_batches_grow_to_the_drivers_loop_batch(
         assert asked[:2] == [8, 32] and max(asked) == loop_batch and asked[2:] == [40] * (len(asked) - 2), asked
 
 
+def test_a_drivers_loop_batch_is_kept_within_1_and_max_receive_and_must_be_an_int() -> None:
+    class Side:
+        def __init__(self, size: object) -> None:
+            self.loop_batch = size
+
+    assert [_consumer.loop_batch(Side(n)) for n in (0, 1, 256, 1000, 5000)] == [1, 1, 256, 1000, 1000]
+    assert _consumer.loop_batch(object()) == 1000  # a driver that says nothing: the largest
+    with pytest.raises(TypeError, match=r"Side.loop_batch must be an int, got '256'"):
+        _consumer.loop_batch(Side("256"))
+
+
 def test_the_common_window_is_claimed_as_the_general_path_claims_it(tmp_path: Path, unique_name: str) -> None:
     """claim_window takes a shortcut for the common window (the default key function, every message
     keyed, no key twice, SqliteStore's one Claim for all new keys); a key function of the same

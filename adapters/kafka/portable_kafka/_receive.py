@@ -263,7 +263,7 @@ class LocalLeases(SubscriptionDriver):
     #: Both clients fetch ahead into memory, so a receive of 256 costs what a quarter of a
     #: receive of 1,000 does, and a consumer loop's batches of 256 (not 1,000) keep its
     #: deliveries out of the cycle collector's oldest generation: measured on the confluent
-    #: engine, 0.5 us of collections a message against 1.4 (bench/consumer_bench.py).
+    #: engine, 0.5 us of collections a message against 1.4-1.6 (bench/kafka_loop_breakdown.py).
     loop_batch = 256
 
     def __init__(self) -> None:
