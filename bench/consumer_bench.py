@@ -263,7 +263,7 @@ class KafkaBench:
         self.dir = tempfile.mkdtemp(prefix="consumer-bench-kafka-")
         self.topic = ""
         self.round = 0
-        self.steady: dict[str, list[float]] = {"raw": [], "raw-record": [], "portable": []}  # from the first message on
+        self.steady: dict[str, list[float]] = {"raw": [], "raw-record": [], "raw-none": [], "portable": []}  # from the first message on
 
     def fill(self) -> None:
         """A fresh topic of N keyed messages (through portable's confluent engine: keys as headers)."""
@@ -302,7 +302,9 @@ class KafkaBench:
         self.steady["portable"].append((n - 1) / (end - first[0]))
         return n / (end - t0)
 
-    def raw(self, record: bool = False) -> float:
+    def raw(self, record: bool = False, table: bool = True) -> float:
+        """The raw confluent loop with its dedup table (``record``: keeping SqliteStore's record;
+        ``table`` False: no table at all, what consuming and reading the key header cost)."""
         from confluent_kafka import Consumer, TopicPartition
 
         consumer = Consumer({
@@ -323,17 +325,18 @@ class KafkaBench:
             if not got:
                 first = time.perf_counter()
             keys = [dict(m.headers() or ())[IDEMPOTENCY_ATTRIBUTE].decode() for m in batch]
-            take = dedup.claim(keys, [m.value() for m in batch] if record else [])
+            take = dedup.claim(keys, [m.value() for m in batch] if record else []) if table else [True] * len(keys)
             last: dict[int, int] = {}
             for message, mine in zip(batch, take, strict=True):
                 if mine:
                     got += handler(message)
                 last[message.partition()] = message.offset()
-            dedup.done([k for k, t in zip(keys, take, strict=True) if t])
+            if table:
+                dedup.done([k for k, t in zip(keys, take, strict=True) if t])
             consumer.commit(offsets=[TopicPartition(self.topic, p, o + 1) for p, o in last.items()], asynchronous=True)
         end = time.perf_counter()
         consumer.close()
-        self.steady["raw-record" if record else "raw"].append(self.n / (end - first))  # from its first batch: n messages (a bit generous)
+        self.steady["raw-record" if record else "raw" if table else "raw-none"].append(self.n / (end - first))  # from its first batch: n messages (a bit generous)
         return self.n / (end - t0)
 
 

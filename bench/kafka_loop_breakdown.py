@@ -76,30 +76,9 @@ class Collections:
 
 
 def raw_without_table(kb: cb.KafkaBench) -> float:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": kb.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "fetch.queue.backoff.ms": 20, "fetch.wait.max.ms": 100,
-    })  # fmt: skip
-    consumer.subscribe([kb.topic])
-    got, first = 0, 0.0
-    while got < kb.n:
-        batch = [m for m in consumer.consume(1000, 0.5) if m.error() is None]
-        if not batch:
-            continue
-        if not got:
-            first = time.perf_counter()
-        keys = [dict(m.headers() or ())[IDEMPOTENCY_ATTRIBUTE].decode() for m in batch]
-        assert len(keys) == len(batch)
-        last: dict[int, int] = {}
-        for message in batch:
-            got += cb.handler(message)
-            last[message.partition()] = message.offset()
-        consumer.commit(offsets=[TopicPartition(kb.topic, p, o + 1) for p, o in last.items()], asynchronous=True)
-    end = time.perf_counter()
-    consumer.close()
-    return kb.n / (end - first)
+    """Loop 1: bench/consumer_bench.py's raw loop with no dedup table."""
+    kb.raw(table=False)
+    return kb.steady["raw-none"][-1]
 
 
 def engine_loop(kb: cb.KafkaBench, table: str | None, fingerprint: bool = True) -> float:
