@@ -167,6 +167,18 @@ class RawDedupRecord(RawDedup):
         conn.execute("COMMIT")
 
 
+def store_window(store: SqliteStore, window: list[Any], fingerprint: str | None = None) -> int:
+    """One window through ``SqliteStore.claim_many`` / ``complete_many`` as a hand-written loop
+    would call them: claim the keys (each body's SHA-256, or the one ``fingerprint`` for all),
+    run the handler on each message, complete them. How many were handled (the breakdowns)."""
+    keys = [m._attributes[IDEMPOTENCY_ATTRIBUTE] for m in window]
+    fps = [hashlib.sha256(m._body).hexdigest()[:32] for m in window] if fingerprint is None else [fingerprint] * len(window)
+    token = store.claim_many(list(zip(keys, fps, strict=True)), lease=LEASE, ttl=86400.0)[0].token  # type: ignore[union-attr]
+    handled = sum(handler(message) for message in window)
+    assert not any(store.complete_many([(key, token, None) for key in keys]))
+    return handled
+
+
 # ---------------------------------------------------------------- sqlite://
 class SqliteQueueBench:
     def __init__(self, n: int) -> None:

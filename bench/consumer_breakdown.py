@@ -22,7 +22,6 @@ bench/results/consumer_breakdown.{json,md}.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import tempfile
@@ -39,7 +38,6 @@ import consumer_bench as cb
 from _common import summarise, write
 
 import portable.messaging as pm
-from portable.driver.messaging import IDEMPOTENCY_ATTRIBUTE
 from portable.idempotency import SqliteStore
 from portable.messaging._claims import RunClaims, SharedClaim, default_idempotency_key
 from portable.messaging._consumer import CLAIM_WINDOW
@@ -76,12 +74,7 @@ def store_loop(bench: cb.SqliteQueueBench, pieces: bool) -> float:
                 claims.complete_batch(held.completes)
                 held.completes = []
             else:
-                keys = [m.attributes[IDEMPOTENCY_ATTRIBUTE] for m in window]
-                fps = [hashlib.sha256(m.body).hexdigest()[:32] for m in window]
-                token = store.claim_many(list(zip(keys, fps, strict=True)), lease=cb.LEASE, ttl=86400.0)[0].token  # type: ignore[union-attr]
-                for message in window:
-                    got += cb.handler(message)
-                assert not any(store.complete_many([(key, token, None) for key in keys]))
+                got += cb.store_window(store, window)
         if not batch:
             continue
         if pieces:

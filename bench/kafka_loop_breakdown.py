@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import os
 import statistics
 import sys
@@ -96,13 +95,7 @@ def engine_loop(kb: cb.KafkaBench, table: str | None, fingerprint: bool = True) 
             first = time.perf_counter()
         if store is not None:
             for start in range(0, len(batch), CLAIM_WINDOW):
-                window = batch[start : start + CLAIM_WINDOW]
-                keys = [m._attributes[IDEMPOTENCY_ATTRIBUTE] for m in window]
-                fps = [hashlib.sha256(m._body).hexdigest()[:32] for m in window] if fingerprint else [FIXED] * len(window)
-                token = store.claim_many(list(zip(keys, fps, strict=True)), lease=cb.LEASE, ttl=86400.0)[0].token  # type: ignore[union-attr]
-                for message in window:
-                    got += cb.handler(message)
-                assert not any(store.complete_many([(key, token, None) for key in keys]))
+                got += cb.store_window(store, batch[start : start + CLAIM_WINDOW], None if fingerprint else FIXED)
         elif plain is not None:
             keys = [m._attributes[IDEMPOTENCY_ATTRIBUTE] for m in batch]
             take = plain.claim(keys, [])

@@ -134,6 +134,7 @@ class AsyncConsumerLoop:
         self.settler = sub._settler
         self.options = options
         self.lease = options.lease
+        self.batch_cap = loop_batch(sub._sync._driver_sub)  # a batched run's batch grows to this at most
         self.claims = RunClaims.of(options)
         self.stats = RunStats()
         self.holding = Holding()
@@ -290,9 +291,8 @@ class AsyncConsumerLoop:
         """The next batch's size, as the sync loop's (``ConsumerLoop._next_size``)."""
         lease = self.lease if self.claims is None else min(self.lease, self.claims.lease)
         per_message = spent / handled
-        cap = loop_batch(self.sub._sync._driver_sub)
-        fits = cap if per_message <= 0 else int(lease / 4 / per_message)
-        return max(1, min(cap, size * 4, fits))
+        fits = self.batch_cap if per_message <= 0 else int(lease / 4 / per_message)
+        return max(1, min(self.batch_cap, size * 4, fits))
 
     async def _batch(self, messages: list[Delivery]) -> None:
         """Run ``messages`` in turn, claiming each window's keys at once and settling it after;
